@@ -1,0 +1,47 @@
+# Two commands set everything up on a fresh machine:
+#   make run    installs (venv + Debian packages when root) and runs `foresight up`
+#   make test   installs the same and runs the whole test suite
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+DEB_PACKAGES := prometheus redis-server crun runc busybox-static chromium wrk
+PYTEST_ARGS ?=
+
+.PHONY: run test deps venv debs bench clean
+
+run: deps
+	$(VENV)/bin/foresight up
+
+test: deps
+	@set +e; $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; \
+	exit $$rc
+
+deps: debs venv
+
+# Debian packages the real parts need (Prometheus, Redis, crun/runc, busybox for OCI bundles,
+# chromium for the dashboard test, wrk for the load benchmark). Installed only when missing
+# and only as root; otherwise a note says what is missing.
+debs:
+	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  else echo "not root: please install these Debian packages:$$missing"; fi; \
+	fi
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip >/dev/null 2>&1 || true
+	$(PIP) install -q -e '.[test]'
+	touch $@
+
+bench: deps
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

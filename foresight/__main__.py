@@ -1,0 +1,5 @@
+import sys
+
+from foresight.cli import main
+
+sys.exit(main())

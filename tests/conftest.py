@@ -1,0 +1,59 @@
+"""Shared fixtures: real Redis and real Prometheus on loopback (see tests/stack.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests import stack
+
+
+def _require(binary: str) -> None:
+    if not stack.have(binary):
+        msg = f"{binary} is not installed; run `make test` (it installs Debian packages as root)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)  # in CI a missing real part is a failure, not a skip
+        pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    _require("redis-server")
+    srv = stack.start_redis(tmp_path_factory.mktemp("redis"))
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server):
+    """A clean database for each test."""
+    import redis
+
+    r = redis.Redis.from_url(redis_server.url)
+    r.flushall()
+    r.close()
+    return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def trace_slice():
+    return stack.load_trace_slice()
+
+
+@pytest.fixture(scope="session")
+def prometheus_factory(tmp_path_factory):
+    """Call with {metric: [(labels, [(ts, value), ...]), ...]} to get a started, backfilled
+    Prometheus. Every server is stopped at the end of the session."""
+    _require("prometheus")
+    _require("promtool")
+    started = []
+
+    def make(families, metric_type="gauge"):
+        srv = stack.start_prometheus(families, tmp_path_factory.mktemp("prom"), metric_type)
+        started.append(srv)
+        return srv
+
+    yield make
+    for s in started:
+        s.stop()
