@@ -1,0 +1,234 @@
+"""Forecast -> the value the HPA receives. PURE: no web, no store, no clock.
+
+This is the one place that decides what we publish, so the adapter and the replay
+simulator (replay/) run exactly the same rule:
+
+1. predicted demand = max of the configured quantile over the lead window
+   [now, now + lead] (lead = pod start-up + one HPA sync): scaling must be decided a lead
+   time before the demand arrives, and the max keeps the peak of the window from being
+   averaged away. The forecast curve is piecewise linear through (origin, last observed)
+   and the published points.
+2. served = max(predicted, observed): a bad forecast may delay a scale-down, it never
+   causes an under-scale (the floor Crane and PredictKube use as well).
+3. A stale forecast (older than ``max_forecast_age_seconds``) or a series on the fallback
+   is never served: the HPA does not check timestamps, so we serve the observed value
+   instead. No forecast and nothing observed: ``NoData`` (the adapter answers 503; an
+   empty list would be an error for the HPA anyway).
+
+Every served value is finite and >= 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from forecaster.store import Forecast
+
+__all__ = [
+    "MetricSettings",
+    "NoData",
+    "ServedValue",
+    "observed_now",
+    "predicted_demand",
+    "served_cores",
+    "served_load_ratio",
+]
+
+
+class NoData(LookupError):
+    """Nothing can be served for this workload (no forecast, nothing observed, no capacity)."""
+
+
+@dataclass(frozen=True)
+class MetricSettings:
+    """How a forecast becomes a served value.
+
+    lead_seconds: how far ahead the HPA must act: pod start-up plus one HPA sync (15 s).
+    quantile: which published quantile to use (``"p90"``, ``"p50"``, ... or ``"mean"``).
+    max_forecast_age_seconds: older forecasts are stale and never served.
+    observed_floor: serve max(predicted, observed) rather than the prediction alone.
+    """
+
+    lead_seconds: float = 75.0
+    quantile: str = "p90"
+    max_forecast_age_seconds: float = 300.0
+    observed_floor: bool = True
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not (isinstance(self.lead_seconds, (int, float)) and math.isfinite(self.lead_seconds) and self.lead_seconds >= 0):
+            problems.append(f"lead_seconds: {self.lead_seconds!r} must be a finite number >= 0")
+        if not (
+            isinstance(self.max_forecast_age_seconds, (int, float))
+            and math.isfinite(self.max_forecast_age_seconds)
+            and self.max_forecast_age_seconds > 0
+        ):
+            problems.append(
+                f"max_forecast_age_seconds: {self.max_forecast_age_seconds!r} must be a finite number > 0"
+            )
+        if not isinstance(self.quantile, str) or not (self.quantile == "mean" or self.quantile.startswith("p")):
+            problems.append(f"quantile: {self.quantile!r} must be 'mean' or a key like 'p90'")
+        if problems:
+            raise ValueError("invalid metric settings: " + "; ".join(problems))
+
+
+@dataclass(frozen=True)
+class ServedValue:
+    value: float  # finite, >= 0, what the HPA receives
+    source: str  # "forecast" | "observed"
+    reason: str  # why, for people (dashboard, REST, logs)
+    predicted: float | None  # predicted demand (cores) over the lead window
+    observed: float | None  # observed demand (cores)
+
+
+def _finite_non_negative(v) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    if not math.isfinite(f) or f < 0:
+        return None
+    return f
+
+
+def observed_now(fc: Forecast | None) -> float | None:
+    """The last observed demand carried by a forecast (None when absent or invalid)."""
+    if fc is None or not fc.observed:
+        return None
+    return _finite_non_negative(fc.observed[-1][1])
+
+
+def _curve(fc: Forecast, values: Sequence[float]) -> list[tuple[float, float]]:
+    pts = [(fc.origin + (i + 1) * fc.step_seconds, float(v)) for i, v in enumerate(values)]
+    last_obs = observed_now(fc)
+    if last_obs is not None:
+        pts.insert(0, (fc.origin, last_obs))
+    return pts
+
+
+def _interp(pts: list[tuple[float, float]], t: float) -> float:
+    """Piecewise-linear value at t; flat before the first and after the last knot."""
+    if t <= pts[0][0]:
+        return pts[0][1]
+    if t >= pts[-1][0]:
+        return pts[-1][1]
+    for (t0, v0), (t1, v1) in zip(pts, pts[1:]):
+        if t0 <= t <= t1:
+            if t1 == t0:
+                return max(v0, v1)
+            return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    return pts[-1][1]  # pragma: no cover - unreachable with sorted knots
+
+
+def predicted_demand(fc: Forecast, now: float, settings: MetricSettings) -> float | None:
+    """Max of the configured quantile over [now, now + lead], linearly interpolated.
+
+    Point i is at origin + (i+1)*step; between origin and the first point the curve starts
+    from the last observed value. A window reaching past the horizon is clipped to it.
+    None when the forecast cannot say anything about the window: no points, the quantile
+    was not published, or ``now`` is past the last point.
+    """
+    values = fc.mean if settings.quantile == "mean" else fc.quantiles.get(settings.quantile)
+    if not values:
+        return None
+    pts = _curve(fc, values)
+    start = float(now)
+    end = start + float(settings.lead_seconds)
+    if start > pts[-1][0]:
+        return None
+    candidates = [_interp(pts, start), _interp(pts, min(end, pts[-1][0]))]
+    candidates += [v for t, v in pts if start < t < end]
+    best = max(candidates)
+    if not math.isfinite(best):
+        return None
+    return max(0.0, best)
+
+
+def _fallback(observed: float | None, why: str, predicted: float | None = None) -> ServedValue:
+    if observed is None:
+        raise NoData(f"{why}, and no observed demand to fall back on")
+    return ServedValue(value=observed, source="observed", reason=f"{why}; serving observed demand", predicted=predicted, observed=observed)
+
+
+def served_cores(
+    fc: Forecast | None,
+    now: float,
+    settings: MetricSettings,
+    observed: float | None = None,
+) -> ServedValue:
+    """Predicted CPU demand in cores (``predicted_cpu_cores``, HPA target type AverageValue)."""
+    obs = _finite_non_negative(observed) if observed is not None else observed_now(fc)
+    if fc is None:
+        return _fallback(obs, "no forecast published")
+    age = now - fc.generated_at
+    if fc.status == "fallback":
+        return _fallback(obs, f"series is on the fallback ({fc.reason or 'no reason given'})")
+    if age > settings.max_forecast_age_seconds:
+        return _fallback(
+            obs, f"forecast is stale ({age:.0f} s old > {settings.max_forecast_age_seconds:.0f} s)"
+        )
+    pred = predicted_demand(fc, now, settings)
+    if pred is None:
+        why = (
+            f"forecast has no {settings.quantile!r} values"
+            if not (fc.mean if settings.quantile == "mean" else fc.quantiles.get(settings.quantile))
+            else "forecast horizon ends before now"
+        )
+        return _fallback(obs, why)
+    what = f"{settings.quantile} forecast max over the next {settings.lead_seconds:g} s ({model_name(fc)})"
+    if settings.observed_floor and obs is not None and obs > pred:
+        return ServedValue(
+            value=obs,
+            source="forecast",
+            reason=f"{what} is {pred:.4g} cores, below observed {obs:.4g}: floored at observed",
+            predicted=pred,
+            observed=obs,
+        )
+    return ServedValue(value=pred, source="forecast", reason=f"{what}: {pred:.4g} cores", predicted=pred, observed=obs)
+
+
+def model_name(fc: Forecast) -> str:
+    return fc.model or "unknown model"
+
+
+def served_load_ratio(
+    fc: Forecast | None,
+    now: float,
+    ready_pods: int,
+    cpu_request_cores: float,
+    settings: MetricSettings,
+    observed: float | None = None,
+) -> ServedValue:
+    """demand / (READY pods x CPU request per pod) (``predicted_cpu_load_ratio``, target Value).
+
+    The HPA multiplies the Value ratio by its ready-pod count, so the ratio must be computed
+    against ready pods too: then ceil(ratio / target * ready) = ceil(demand / (target * request)),
+    the right pod count even while new pods are still starting.
+    """
+    request = _finite_non_negative(cpu_request_cores)
+    if request is None or request == 0:
+        raise NoData(
+            f"cpu_request_cores is {cpu_request_cores!r}; a load ratio needs a CPU request > 0 "
+            "(set capacity.cpu_request_cores in the workload config)"
+        )
+    cores = served_cores(fc, now, settings, observed)
+    try:
+        pods = int(ready_pods)
+    except (TypeError, ValueError):
+        pods = 0
+    note = ""
+    if pods < 1:
+        note = f"; ready_pods was {ready_pods!r}, counted as 1"
+        pods = 1
+    value = cores.value / (pods * request)
+    if not math.isfinite(value) or value < 0:  # pragma: no cover - guarded above
+        raise NoData(f"load ratio is not a finite number ({value!r})")
+    return ServedValue(
+        value=value,
+        source=cores.source,
+        reason=f"{cores.reason}; / ({pods} ready pods x {request:g} cores){note}",
+        predicted=cores.predicted,
+        observed=cores.observed,
+    )
