@@ -1,0 +1,157 @@
+"""One contract for both forecast stores, plus Redis-specific failure behaviour."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from forecaster.store import (
+    Forecast,
+    MemoryForecastStore,
+    RedisForecastStore,
+    StoreError,
+    StoreUnavailable,
+    make_forecast,
+    open_store,
+    quantile_key,
+)
+
+
+def fc(sid="shop/checkout", level=1.0, n=12, gen_at=None, **kw):
+    mean = [level + i * 0.01 for i in range(n)]
+    return make_forecast(
+        sid,
+        origin=1_700_000_000,
+        step_seconds=300,
+        mean=mean,
+        quantiles={"p50": mean, "p90": [m * 1.2 for m in mean]},
+        model="ar",
+        backtest_error=0.8,
+        observed=((1_699_999_700, level), (1_700_000_000, level)),
+        meta={"namespace": "shop", "workload": "checkout", "ready_pods": 3},
+        generated_at=gen_at,
+        **kw,
+    )
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store(request):
+    if request.param == "memory":
+        s = MemoryForecastStore()
+    else:
+        s = RedisForecastStore(request.getfixturevalue("redis_url"), ttl_seconds=60)
+    yield s
+    s.close()
+
+
+def test_published_forecast_reads_back_identical_with_a_generation(store):
+    f = fc()
+    g1 = store.publish(f)
+    got = store.latest("shop/checkout")
+    assert got is not None
+    assert got.generation == g1 == 1
+    assert got.mean == f.mean and got.quantiles == f.quantiles and got.observed == f.observed
+    assert got.meta["ready_pods"] == 3 and got.model == "ar" and got.backtest_error == 0.8
+    assert store.publish(fc(level=2.0)) == 2
+    assert store.latest("shop/checkout").mean[0] == 2.0
+
+
+def test_latest_many_and_list_series(store):
+    for i in range(5):
+        store.publish(fc(sid=f"ns/w{i}"))
+    got = store.latest_many(["ns/w1", "ns/w3", "ns/missing"])
+    assert set(got) == {"ns/w1", "ns/w3"}
+    assert store.list_series() == [f"ns/w{i}" for i in range(5)]
+    assert store.latest("ns/missing") is None
+
+
+def test_nan_forecast_is_refused_before_it_reaches_any_store():
+    with pytest.raises(StoreError, match="NaN/Inf"):
+        fc(level=float("nan"))
+    with pytest.raises(StoreError, match="quantiles"):
+        make_forecast("a/b", origin=0, step_seconds=60, mean=[1, 2], quantiles={"p90": [1]}, model="x")
+
+
+def test_quantile_keys_are_canonical():
+    assert quantile_key(0.9) == "p90" and quantile_key(0.5) == "p50" and quantile_key(0.975) == "p97.5"
+
+
+def test_concurrent_publish_and_read_never_yields_a_torn_forecast(redis_url):
+    """Writers publish forecasts whose every value equals their level; a torn read would
+    mix levels (or mismatch the generation's level)."""
+    s = RedisForecastStore(redis_url)
+    stop = threading.Event()
+    errors: list[str] = []
+    reads = [0]
+
+    def writer(base):
+        i = 0
+        while not stop.is_set():
+            lvl = float(base + i)
+            mean = [lvl] * 288
+            s.publish(make_forecast("hot/series", origin=0, step_seconds=60, mean=mean,
+                                    quantiles={"p90": mean}, model=f"m{lvl}", meta={"level": lvl}))
+            i += 2
+
+    def reader():
+        r = RedisForecastStore(redis_url)
+        while not stop.is_set():
+            f = r.latest("hot/series")
+            if f is None:
+                continue
+            reads[0] += 1
+            lvl = f.meta["level"]
+            if set(f.mean) != {lvl} or set(f.quantiles["p90"]) != {lvl} or f.model != f"m{lvl}":
+                errors.append(f"torn read at generation {f.generation}")
+
+    threads = [threading.Thread(target=writer, args=(b,)) for b in (0, 1)]
+    threads += [threading.Thread(target=reader) for _ in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(2.0)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert reads[0] > 50
+    assert errors == []
+    # generations are strictly increasing and unique across both writers
+    assert s.latest("hot/series").generation >= 2
+
+
+def test_redis_restart_while_reading_gives_a_clear_error_then_recovers(redis_server):
+    s = RedisForecastStore(redis_server.url, socket_timeout=0.5)
+    s.publish(fc())
+    redis_server.stop()
+    try:
+        with pytest.raises(StoreUnavailable, match="unreachable"):
+            s.latest("shop/checkout")
+        assert s.ping() is False
+    finally:
+        redis_server.start()
+    # a fresh server (no persistence): empty, but the same client works again
+    deadline = time.time() + 5
+    while time.time() < deadline and not s.ping():
+        time.sleep(0.05)
+    assert s.latest("shop/checkout") is None
+    s.publish(fc())
+    assert s.latest("shop/checkout") is not None
+
+
+def test_dead_series_vanish_by_ttl(redis_url):
+    s = RedisForecastStore(redis_url, ttl_seconds=1)
+    s.publish(fc(sid="a/short"))
+    assert s.list_series() == ["a/short"]
+    time.sleep(1.3)
+    assert s.latest("a/short") is None
+    assert s.list_series() == []
+    m = MemoryForecastStore(ttl_seconds=10, clock=lambda: 1e10)
+    m.publish(fc(sid="a/old", gen_at=1e10 - 11))
+    assert m.latest("a/old") is None and m.list_series() == []
+
+
+def test_open_store_rejects_unknown_urls():
+    with pytest.raises(StoreError, match="memory://"):
+        open_store("postgres://x")
+    assert isinstance(open_store("memory://"), MemoryForecastStore)
