@@ -15,6 +15,7 @@ _REGISTRY: dict[str, tuple[str, dict[str, Any]]] = {
     "moving_average": ("forecaster.models.naive:MovingAverage", {"window": 12}),
     "ar": ("forecaster.models.ar:AR", {}),
     "ar_log": ("forecaster.models.ar:AR", {"transform": "log"}),
+    "ar_ma": ("forecaster.models.combo:Combination", {"members": ("ar", "moving_average")}),
     "ets": ("forecaster.models.ets:ETS", {}),
     "prophet": ("forecaster.models.prophet:ProphetModel", {}),
     "lstm": ("forecaster.models.lstm:GlobalLSTM", {}),

@@ -1,0 +1,225 @@
+"""Per-series model selection, honestly evaluated, plus split-conformal quantile calibration.
+
+Given the history available at one moment (nothing later), each candidate is fitted on the
+history minus a validation tail (default the last 2 days), then forecasts from many
+pseudo-origins inside that tail with its parameters fixed (``Model.rolling_means``). The
+candidate (or the mean of a pair of candidates) with the lowest weighted MASE over the
+horizons wins; its validation residuals per horizon give the conformal quantile offsets; it
+is then brought up to date with the whole history (``update``, no refit).
+
+Fallback to persistence, with a reason: history shorter than ``min_history_days``, every
+candidate failing, or nothing beating persistence.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from forecaster.models import Model, ModelError, clean_history, get_model
+from forecaster.models.base import season_length
+from forecaster.models.combo import Combination
+from forecaster.store import quantile_key
+
+DEFAULT_CANDIDATES = ("persistence", "moving_average", "ar", "ar_log")
+
+
+@dataclass(frozen=True)
+class SelectionSettings:
+    """How ``auto`` chooses. ``horizon_weights`` (one per step h = 1..H, None = equal) say
+    which horizons matter for scaling; durations are in days of history."""
+
+    candidates: tuple[str, ...] = DEFAULT_CANDIDATES
+    horizon_weights: tuple[float, ...] | None = None
+    validation_days: float = 2.0
+    validation_stride: int = 3
+    min_history_days: float = 2.0
+    combine: bool = True
+
+    def weights(self, h: int) -> np.ndarray:
+        if self.horizon_weights is None:
+            return np.ones(h)
+        w = np.asarray(self.horizon_weights, dtype="float64")[:h]
+        if len(w) < h:
+            w = np.concatenate([w, np.full(h - len(w), w[-1] if len(w) else 1.0)])
+        if not np.all(w >= 0) or w.sum() <= 0:
+            raise ModelError(f"horizon_weights {self.horizon_weights!r} must be >= 0 and not all 0")
+        return w
+
+
+@dataclass
+class CandidateResult:
+    name: str
+    model: Model | None  # fitted on the fit part; None when it failed
+    means: np.ndarray | None = None  # (n_origins, h) validation forecasts
+    mase_by_h: np.ndarray | None = None
+    score: float = math.inf
+    error: str = ""
+
+
+@dataclass
+class Selection:
+    """The outcome for one series: a fitted, calibrated model ready to ``predict``."""
+
+    model: Model
+    name: str
+    score: float  # weighted validation MASE of the chosen model (nan when unknown)
+    mae_by_h: np.ndarray  # validation MAE per horizon, in the series' units
+    scores: dict[str, float] = field(default_factory=dict)
+    fallback: bool = False
+    reason: str = ""
+
+
+def conformal_offsets(residuals: np.ndarray, quantiles: Sequence[float], smooth: int = 1) -> dict[str, np.ndarray]:
+    """Split-conformal offsets per horizon: the finite-sample-corrected q-quantile of the
+    residuals (actual - mean) at horizons h-smooth..h+smooth (pooled for stability)."""
+    r = np.asarray(residuals, dtype="float64")
+    n_o, h = r.shape
+    out: dict[str, np.ndarray] = {}
+    for q in quantiles:
+        offs = np.zeros(h)
+        for k in range(h):
+            pool = r[:, max(0, k - smooth) : k + smooth + 1].ravel()
+            pool = pool[np.isfinite(pool)]
+            if not len(pool):
+                continue
+            n = len(pool)
+            level = min(1.0, math.ceil((n + 1) * q) / n) if q > 0.5 else max(0.0, math.floor((n + 1) * q) / n)
+            offs[k] = float(np.quantile(pool, level))
+        out[quantile_key(q)] = np.maximum.accumulate(offs) if q > 0.5 else offs
+    return out
+
+
+def _prototype(c: str | Model, season: int) -> Model:
+    if isinstance(c, Model):
+        m = c.new()
+        if not m.season:
+            m.season = season
+        return m
+    return get_model(c, season=season)
+
+
+def evaluate_candidates(
+    y: np.ndarray,
+    timestamps: np.ndarray | None,
+    candidates: Sequence[str | Model],
+    horizon: int,
+    settings: SelectionSettings = SelectionSettings(),
+) -> tuple[list[CandidateResult], np.ndarray, float, np.ndarray]:
+    """Fit every candidate on ``y`` minus the validation tail and forecast from the tail's
+    pseudo-origins. Returns (results, actuals (n_origins, h), naive scale, origins)."""
+    season = season_length(timestamps)
+    n = len(y)
+    V = int(settings.validation_days * season)
+    V = min(V, max(n // 3, horizon + 1))
+    cut = n - V
+    origins = np.arange(cut - 1, n - horizon, max(1, settings.validation_stride))
+    if len(origins) == 0:
+        raise ModelError(f"history of {n} points is too short to validate a {horizon}-step forecast")
+    actual = y[origins[:, None] + 1 + np.arange(horizon)[None, :]]
+    fit_part = y[:cut]
+    d = np.abs(np.diff(fit_part))
+    scale = float(np.mean(d)) if len(d) else 0.0
+    if not scale > 0:
+        scale = max(float(np.mean(np.abs(fit_part))) * 1e-3, 1e-9)
+    w = settings.weights(horizon)
+    ts_fit = None if timestamps is None else timestamps[:cut]
+    results = []
+    for c in candidates:
+        name = c if isinstance(c, str) else c.name
+        try:
+            m = _prototype(c, season).fit(fit_part, ts_fit)
+            means = m.rolling_means(y, origins, horizon)
+            mase = np.mean(np.abs(actual - means), axis=0) / scale
+            results.append(CandidateResult(name, m, means, mase, float(np.sum(w * mase) / w.sum())))
+        except Exception as exc:  # noqa: BLE001 - a failing candidate is skipped, with its reason
+            results.append(CandidateResult(name, None, error=f"{exc.__class__.__name__}: {exc}"))
+    return results, actual, scale, origins
+
+
+def choose(
+    results: Sequence[CandidateResult],
+    actual: np.ndarray,
+    scale: float,
+    settings: SelectionSettings = SelectionSettings(),
+) -> tuple[list[CandidateResult], CandidateResult]:
+    """Best of the candidates and (if ``combine``) of the equal-weight pairs of candidates."""
+    ok = [r for r in results if r.model is not None]
+    if not ok:
+        raise ModelError("every candidate failed: " + "; ".join(f"{r.name}: {r.error}" for r in results))
+    w = settings.weights(actual.shape[1])
+    pool = list(ok)
+    if settings.combine:
+        for a, b in itertools.combinations(ok, 2):
+            if "persistence" in (a.name, b.name):
+                continue
+            means = 0.5 * (a.means + b.means)
+            mase = np.mean(np.abs(actual - means), axis=0) / scale
+            pool.append(CandidateResult(f"{a.name}+{b.name}", None, means, mase, float(np.sum(w * mase) / w.sum())))
+    best = min(pool, key=lambda r: r.score)
+    return pool, best
+
+
+def build_model(best: CandidateResult, results: Sequence[CandidateResult]) -> Model:
+    if best.model is not None:
+        return best.model
+    by_name = {r.name: r.model for r in results if r.model is not None}
+    members = [by_name[n] for n in best.name.split("+")]
+    return Combination.of_fitted(members, name=best.name)
+
+
+def select_and_fit(
+    y: Sequence[float],
+    timestamps: np.ndarray | None = None,
+    *,
+    candidates: Sequence[str | Model] = DEFAULT_CANDIDATES,
+    horizon: int = 12,
+    quantiles: Sequence[float] = (0.5, 0.9),
+    settings: SelectionSettings = SelectionSettings(),
+) -> Selection:
+    """Choose, calibrate and bring up to date the model for one series (see module doc)."""
+    raw = np.asarray(y, dtype="float64")
+    ts = None if timestamps is None else np.asarray(timestamps, dtype="float64")
+    finite = np.isfinite(raw)
+    if not finite.any():
+        raise ModelError("the series has no finite values")
+    first = int(np.argmax(finite))
+    yc = clean_history(raw)
+    ts = None if ts is None else ts[first:]
+    season = season_length(ts)
+    need = int(settings.min_history_days * season)
+    n_real = int(finite.sum())
+
+    def fallback(reason: str) -> Selection:
+        m = get_model("persistence", season=season).fit(yc, ts)
+        return Selection(m, "persistence", float("nan"), np.full(horizon, np.nan), fallback=True, reason=reason)
+
+    if n_real < need:
+        return fallback(f"history too short: {n_real} points < {need} ({settings.min_history_days:g} days); using persistence")
+    if float(np.ptp(yc)) == 0.0:
+        return fallback("constant series: persistence is exact")
+    try:
+        results, actual, scale, _ = evaluate_candidates(yc, ts, candidates, horizon, settings)
+        pool, best = choose(results, actual, scale, settings)
+    except ModelError as exc:
+        return fallback(f"{exc}; using persistence")
+    model = build_model(best, results)
+    resid = actual - best.means
+    model.calibrate(conformal_offsets(resid, quantiles))
+    model.update(yc, ts)
+    failed = [f"{r.name} ({r.error})" for r in results if r.model is None]
+    reason = f"selected {best.name} (validation MASE {best.score:.3f})"
+    if failed:
+        reason += "; failed: " + ", ".join(failed)
+    return Selection(
+        model=model,
+        name=best.name,
+        score=best.score,
+        mae_by_h=best.mase_by_h * scale,
+        scores={r.name: r.score for r in pool},
+        reason=reason,
+    )

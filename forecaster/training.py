@@ -1,0 +1,424 @@
+"""Training and publishing: the heavy ``fit`` (select + calibrate, on a retrain schedule) and
+the cheap ``refresh`` (re-forecast from the latest data with the fitted model, publish).
+
+    trainer = Trainer(store, models=("auto",), horizon=12, quantiles=(0.5, 0.9))
+    trainer.fit("shop/checkout", ts, values)                 # minutes apart: heavy
+    fc = trainer.refresh("shop/checkout", ts, values, meta=) # every refresh: cheap, publishes
+    trainer.status("shop/checkout")                          # model, status, reason, errors
+
+``train_once(config, source, store, now)`` is one pure-ish step of ``foresight train``: pull each
+workload's demand history (and capacity) through the source, retrain what is due, refresh and
+publish every forecast. ``run_schedule`` is the thin runner around it.
+
+Fallback rules (the series' status says which applied): persistence when the history is
+shorter than 2 days, when every candidate fails, when a model's forecast is not finite, or
+when the live error of the chosen model drifts above ``drift_ratio`` x its backtest error
+(then a retrain is scheduled at the next step).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from forecaster.models import Model, ModelError, get_model
+from forecaster.models.base import clean_history
+from forecaster.selection import DEFAULT_CANDIDATES, Selection, SelectionSettings, select_and_fit
+from forecaster.store import Forecast, ForecastStore, make_forecast
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Trainer", "SeriesState", "train_once", "run_schedule", "expand_models"]
+
+GLOBAL_MODELS = ("lstm",)
+
+
+def expand_models(models: Sequence[str]) -> tuple[tuple[str, ...], bool]:
+    """("auto",) -> (default candidates, True); ("ar",) -> (("ar",), False); ("auto", "lstm")
+    -> defaults + lstm. Unknown names raise ModelError listing the known ones."""
+    out: list[str] = []
+    auto = False
+    for m in models:
+        if m == "auto":
+            auto = True
+            out.extend(c for c in DEFAULT_CANDIDATES if c not in out)
+        elif m not in out:
+            get_model(m) if m not in GLOBAL_MODELS else None  # validates the name early
+            out.append(m)
+    if not out:
+        raise ModelError("models must name at least one model or 'auto'")
+    return tuple(out), auto or len(out) > 1
+
+
+@dataclass
+class SeriesState:
+    series_id: str
+    model: Model
+    model_name: str
+    fitted_at: float
+    backtest_error: float | None  # weighted validation MASE of the chosen model
+    backtest_mae_by_h: np.ndarray
+    status: str = "ok"
+    reason: str = ""
+    scores: dict[str, float] = field(default_factory=dict)
+    live_ratios: deque = field(default_factory=lambda: deque(maxlen=96))
+    last_forecast: tuple[float, float, np.ndarray] | None = None  # origin, step, mean
+    needs_retrain: bool = False
+    drifted: bool = False
+    refreshed_at: float | None = None
+
+    def live_error_ratio(self) -> float | None:
+        return float(np.mean(self.live_ratios)) if self.live_ratios else None
+
+
+class Trainer:
+    """Keeps one fitted model per series; publishes forecasts to ``store``."""
+
+    def __init__(
+        self,
+        store: ForecastStore | None,
+        *,
+        models: Sequence[str] = ("auto",),
+        horizon: int = 12,
+        quantiles: Sequence[float] = (0.5, 0.9),
+        step_seconds: float = 300.0,
+        clock: Callable[[], float] = time.time,
+        selection: SelectionSettings | None = None,
+        retrain_interval_seconds: float = 86400.0,
+        drift_ratio: float = 2.0,
+        drift_min_points: int = 12,
+        observed_points: int = 12,
+        prototypes: Mapping[str, Model] | None = None,
+    ) -> None:
+        if horizon < 1:
+            raise ModelError(f"horizon must be >= 1 (got {horizon})")
+        self.store = store
+        self.candidates, self.auto = expand_models(models)
+        self.horizon = int(horizon)
+        self.quantiles = tuple(sorted(float(q) for q in quantiles))
+        self.step_seconds = float(step_seconds)
+        self.clock = clock
+        self.selection = replace(selection or SelectionSettings(), candidates=self.candidates)
+        self.retrain_interval_seconds = float(retrain_interval_seconds)
+        self.drift_ratio = float(drift_ratio)
+        self.drift_min_points = int(drift_min_points)
+        self.observed_points = int(observed_points)
+        self.prototypes: dict[str, Model] = dict(prototypes or {})
+        self._states: dict[str, SeriesState] = {}
+
+    # --- heavy -----------------------------------------------------------------------------
+    def fit_fleet(self, data: Mapping[str, tuple[np.ndarray, np.ndarray]], now: float | None = None) -> dict[str, SeriesState]:
+        """Train the global models (LSTM) once across ``data`` (series_id -> (ts, values)),
+        then fit every series. Without a global candidate this is just a loop over ``fit``."""
+        for g in GLOBAL_MODELS:
+            if g in self.candidates:
+                try:
+                    proto = get_model(g)
+                    proto.fit_fleet([(v, t) for t, v in data.values()])  # type: ignore[attr-defined]
+                    self.prototypes[g] = proto
+                except Exception as exc:  # noqa: BLE001 - the others still train
+                    log.warning("global model %s failed to train: %s", g, exc)
+                    self.prototypes.pop(g, None)
+        return {sid: self.fit(sid, ts, vals, now=now) for sid, (ts, vals) in data.items()}
+
+    def _candidate_list(self) -> list[str | Model]:
+        out: list[str | Model] = []
+        for c in self.candidates:
+            if c in self.prototypes:
+                out.append(self.prototypes[c])
+            elif c in GLOBAL_MODELS:
+                continue  # not trained on a fleet yet: skipped rather than trained per series
+            else:
+                out.append(c)
+        return out or ["persistence"]
+
+    def fit(self, series_id: str, timestamps: np.ndarray, values: np.ndarray, now: float | None = None) -> SeriesState:
+        """Select, calibrate and fit the model of one series (falls back to persistence)."""
+        now = self.clock() if now is None else now
+        ts = np.asarray(timestamps, dtype="float64")
+        vals = np.asarray(values, dtype="float64")
+        try:
+            sel = select_and_fit(
+                vals, ts, candidates=self._candidate_list(), horizon=self.horizon,
+                quantiles=self.quantiles, settings=self.selection,
+            )
+        except ModelError as exc:  # no finite data at all
+            sel = None
+            reason = f"cannot fit: {exc}"
+        if sel is None:
+            st = SeriesState(series_id, get_model("persistence"), "persistence", now, None, np.full(self.horizon, np.nan), status="fallback", reason=reason)
+        else:
+            st = SeriesState(
+                series_id,
+                sel.model,
+                sel.name,
+                now,
+                None if math.isnan(sel.score) else sel.score,
+                sel.mae_by_h,
+                status="fallback" if sel.fallback else "ok",
+                reason=sel.reason,
+                scores=sel.scores,
+            )
+        self._states[series_id] = st
+        log.debug("fit %s -> %s (%s)", series_id, st.model_name, st.reason)
+        return st
+
+    def due(self, series_id: str, now: float | None = None) -> bool:
+        """True when the series has no model, its model drifted, or its retrain interval passed."""
+        now = self.clock() if now is None else now
+        st = self._states.get(series_id)
+        return st is None or st.needs_retrain or now - st.fitted_at >= self.retrain_interval_seconds
+
+    # --- cheap -----------------------------------------------------------------------------
+    def refresh(
+        self,
+        series_id: str,
+        timestamps: np.ndarray,
+        values: np.ndarray,
+        now: float | None = None,
+        meta: Mapping[str, Any] | None = None,
+        publish: bool = True,
+    ) -> Forecast:
+        """Forecast from the latest data with the fitted model (no refit) and publish it."""
+        now = self.clock() if now is None else now
+        ts = np.asarray(timestamps, dtype="float64")
+        vals = np.asarray(values, dtype="float64")
+        finite = np.isfinite(vals)
+        if not finite.any():
+            raise ModelError(f"{series_id}: no finite values in the latest data; nothing to forecast")
+        st = self._states.get(series_id)
+        if st is None or not st.model.fitted_:
+            st = SeriesState(series_id, get_model("persistence"), "persistence", now, None, np.full(self.horizon, np.nan),
+                             status="fallback", reason="not trained yet; using persistence until the first fit")
+            self._states[series_id] = st
+        step = self._step(ts)
+        first = int(np.argmax(finite))
+        ts_c = ts[first:]
+        y = clean_history(vals)
+        self._track_live_error(st, ts[finite], vals[finite])
+
+        model, name, status, reason = st.model, st.model_name, st.status, st.reason
+        if st.drifted:
+            model = get_model("persistence")
+            name, status = "persistence", "fallback"
+            reason = (f"live error of {st.model_name} is {st.live_error_ratio():.2f}x its backtest error "
+                      f"(limit {self.drift_ratio:g}x); using persistence until the retrain")
+        try:
+            model.update(y, ts_c)
+            pred = model.predict(self.horizon, self.quantiles)
+            ok = np.all(np.isfinite(pred.mean)) and all(np.all(np.isfinite(v)) for v in pred.quantiles.values())
+            if not ok:
+                raise ModelError("non-finite forecast")
+        except Exception as exc:  # noqa: BLE001 - never publish garbage: fall back
+            model = get_model("persistence").fit(y, ts_c)
+            pred = model.predict(self.horizon, self.quantiles)
+            name, status, reason = "persistence", "fallback", f"{st.model_name} failed to forecast ({exc}); using persistence"
+        origin = float(ts[-1])
+        obs_idx = np.flatnonzero(finite)[-self.observed_points:]
+        observed = tuple((float(ts[i]), float(vals[i])) for i in obs_idx)
+        fc = make_forecast(
+            series_id,
+            origin=origin,
+            step_seconds=step,
+            mean=pred.mean,
+            quantiles=pred.quantiles,
+            model=name,
+            generated_at=now,
+            backtest_error=st.backtest_error,
+            status=status,
+            reason=reason,
+            observed=observed,
+            meta=dict(meta or {}),
+        )
+        st.last_forecast = (origin, step, np.asarray(pred.mean, dtype="float64"))
+        st.refreshed_at = now
+        if publish and self.store is not None:
+            self.store.publish(fc)
+        return fc
+
+    def _step(self, ts: np.ndarray) -> float:
+        if len(ts) >= 2:
+            d = np.diff(ts)
+            d = d[d > 0]
+            if len(d):
+                return float(np.median(d))
+        return self.step_seconds
+
+    def _track_live_error(self, st: SeriesState, ts: np.ndarray, vals: np.ndarray) -> None:
+        """Compare the previous forecast with what was observed since; flag drift."""
+        if st.last_forecast is None or st.status != "ok":
+            return
+        origin, step, mean = st.last_forecast
+        k = np.rint((ts - origin) / step).astype(int)
+        hit = (k >= 1) & (k <= len(mean)) & (np.abs(ts - (origin + k * step)) < step / 2)
+        if not hit.any():
+            return
+        mae = st.backtest_mae_by_h
+        for kk, v in zip(k[hit], vals[hit]):
+            ref = mae[kk - 1] if kk - 1 < len(mae) else np.nan
+            if np.isfinite(ref) and ref > 0:
+                st.live_ratios.append(abs(v - mean[kk - 1]) / ref)
+        ratio = st.live_error_ratio()
+        if ratio is not None and len(st.live_ratios) >= self.drift_min_points and ratio > self.drift_ratio:
+            if not st.drifted:
+                log.info("%s: live error %.2fx backtest; falling back and scheduling a retrain", st.series_id, ratio)
+            st.drifted = True
+            st.needs_retrain = True
+
+    # --- introspection ---------------------------------------------------------------------
+    def status(self, series_id: str) -> dict[str, Any]:
+        st = self._states.get(series_id)
+        if st is None:
+            return {"series_id": series_id, "status": "unknown", "reason": "never fitted or refreshed"}
+        status, reason = st.status, st.reason
+        if st.drifted:
+            status = "fallback"
+            reason = f"live error {st.live_error_ratio():.2f}x backtest; retrain scheduled"
+        return {
+            "series_id": series_id,
+            "model": st.model_name,
+            "status": status,
+            "reason": reason,
+            "fitted_at": st.fitted_at,
+            "refreshed_at": st.refreshed_at,
+            "backtest_error": st.backtest_error,
+            "live_error_ratio": st.live_error_ratio(),
+            "needs_retrain": st.needs_retrain,
+            "scores": dict(st.scores),
+        }
+
+    def series(self) -> list[str]:
+        return sorted(self._states)
+
+
+# --- foresight train ----------------------------------------------------------------------
+
+
+def trainer_from_config(config, store: ForecastStore | None, clock: Callable[[], float] = time.time) -> Trainer:
+    t = config.training
+    return Trainer(
+        store,
+        models=t.models,
+        horizon=t.horizon_steps,
+        quantiles=t.quantiles,
+        step_seconds=config.source.step_seconds,
+        clock=clock,
+        retrain_interval_seconds=t.retrain_interval_seconds,
+    )
+
+
+def _capacity(workload, source) -> tuple[dict[str, Any], list[str]]:
+    """Static capacity values or instant queries; problems are reported, not raised."""
+    meta: dict[str, Any] = {}
+    problems: list[str] = []
+    cap = workload.capacity
+    if cap.ready_pods is not None:
+        meta["ready_pods"] = int(cap.ready_pods)
+    else:
+        q = workload.ready_pods_query()
+        try:
+            res = source.instant(q) if q and hasattr(source, "instant") else []
+            if res:
+                meta["ready_pods"] = int(round(sum(v for _, v in res)))
+            else:
+                problems.append(f"ready_pods query returned nothing: {q}")
+        except Exception as exc:  # noqa: BLE001
+            problems.append(f"ready_pods query failed: {exc}")
+    if cap.cpu_request_cores is not None:
+        meta["cpu_request_cores"] = float(cap.cpu_request_cores)
+    else:
+        q = workload.cpu_request_query()
+        try:
+            res = source.instant(q) if q and hasattr(source, "instant") else []
+            if res:
+                meta["cpu_request_cores"] = float(np.mean([v for _, v in res]))
+            else:
+                problems.append(f"cpu_request query returned nothing: {q}")
+        except Exception as exc:  # noqa: BLE001
+            problems.append(f"cpu_request query failed: {exc}")
+    return meta, problems
+
+
+def _history(frame) -> tuple[np.ndarray, np.ndarray]:
+    """One series from a long frame (summed per timestamp if the query returned several)."""
+    if frame is None or len(frame) == 0:
+        return np.zeros(0), np.zeros(0)
+    g = frame.groupby("timestamp", sort=True)["value"].sum(min_count=1)
+    ts = g.index.astype("int64").to_numpy() / 1e9
+    return ts.astype("float64"), g.to_numpy(dtype="float64")
+
+
+def train_once(config, source, store: ForecastStore | None, now: float | None = None, trainer: Trainer | None = None) -> dict[str, Any]:
+    """One step of ``foresight train``: for every workload, pull history, retrain when due,
+    refresh and publish. Returns {"trainer", "results": {series_id: {...}}}; a failing
+    workload is reported in its result and does not stop the others."""
+    now = time.time() if now is None else float(now)
+    trainer = trainer or trainer_from_config(config, store)
+    src = config.source
+    start = now - src.history_days * 86400.0
+    histories: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    results: dict[str, dict[str, Any]] = {}
+    for w in config.workloads:
+        sid = w.series_id
+        try:
+            frame = source.fetch(w.demand_query, start, now, src.step_seconds, series_id=sid)
+            ts, vals = _history(frame)
+            if not np.isfinite(vals).any():
+                raise ModelError(f"demand query returned no data for {sid}: {w.demand_query}")
+            histories[sid] = (ts, vals)
+        except Exception as exc:  # noqa: BLE001 - one workload's failure is its own
+            results[sid] = {"series_id": sid, "published": False, "error": str(exc)}
+            log.warning("%s: %s", sid, exc)
+    due = {sid: h for sid, h in histories.items() if trainer.due(sid, now)}
+    if due:
+        if any(g in trainer.candidates for g in GLOBAL_MODELS):
+            trainer.fit_fleet(due, now=now)
+        else:
+            for sid, (ts, vals) in due.items():
+                trainer.fit(sid, ts, vals, now=now)
+    for w in config.workloads:
+        sid = w.series_id
+        if sid not in histories:
+            continue
+        ts, vals = histories[sid]
+        meta: dict[str, Any] = {
+            "namespace": w.namespace,
+            "workload": w.name,
+            "kind": w.kind,
+            "labels": w.all_labels(),
+        }
+        cap, problems = _capacity(w, source)
+        meta.update(cap)
+        try:
+            fc = trainer.refresh(sid, ts, vals, now=now, meta=meta)
+            results[sid] = {
+                "series_id": sid, "published": True, "model": fc.model, "status": fc.status,
+                "reason": fc.reason, "retrained": sid in due, "capacity_problems": problems,
+            }
+        except Exception as exc:  # noqa: BLE001
+            results[sid] = {"series_id": sid, "published": False, "error": str(exc)}
+            log.warning("%s: %s", sid, exc)
+    return {"trainer": trainer, "results": results}
+
+
+def run_schedule(config, source, store, *, clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
+                 iterations: int | None = None, on_step: Callable[[dict], None] | None = None) -> Trainer:
+    """Refresh every ``refresh_interval_seconds``; the trainer retrains what is due."""
+    trainer = trainer_from_config(config, store, clock)
+    i = 0
+    while iterations is None or i < iterations:
+        t0 = clock()
+        out = train_once(config, source, store, now=t0, trainer=trainer)
+        if on_step:
+            on_step(out)
+        i += 1
+        if iterations is not None and i >= iterations:
+            break
+        sleep(max(0.0, config.training.refresh_interval_seconds - (clock() - t0)))
+    return trainer
