@@ -1,0 +1,65 @@
+"""The house rules, enforced: arrows point down, one module per outside system, light CLI."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ["forecaster", "adapter", "warmpool", "replay", "foresight"]
+FORBIDDEN = {
+    "forecaster": {"adapter", "warmpool", "replay", "foresight"},
+    "adapter": {"warmpool", "replay", "foresight"},
+    "warmpool": {"adapter", "replay", "foresight"},
+    "replay": {"foresight"},
+}
+# outside system -> the only modules allowed to import its client
+OWNERS = {
+    "redis": {"forecaster/store.py"},
+    "kubernetes": {"warmpool/backends/kubernetes.py"},
+}
+
+
+def imports_of(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_packages_only_import_downwards():
+    bad = []
+    for pkg, forbidden in FORBIDDEN.items():
+        for f in (ROOT / pkg).rglob("*.py"):
+            hit = imports_of(f) & forbidden
+            if hit:
+                bad.append(f"{f.relative_to(ROOT)} imports {sorted(hit)}")
+    assert bad == []
+
+
+def test_only_one_module_talks_to_each_outside_system():
+    bad = []
+    for pkg in PACKAGES:
+        for f in (ROOT / pkg).rglob("*.py"):
+            rel = str(f.relative_to(ROOT))
+            for system, owners in OWNERS.items():
+                if system in imports_of(f) and rel not in owners:
+                    bad.append(f"{rel} imports {system} (only {sorted(owners)} may)")
+    assert bad == []
+
+
+def test_cli_help_does_not_import_heavy_libraries():
+    code = (
+        "import sys; from foresight.cli import build_parser; build_parser(); "
+        "heavy = [m for m in ('torch', 'prophet', 'statsmodels', 'matplotlib', 'kubernetes') if m in sys.modules]; "
+        "print(','.join(heavy))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == ""
