@@ -1,0 +1,212 @@
+"""HTTP routes: the kube-scheduler extender verbs and the placement debugging API.
+
+- ``POST /scheduler/filter``      ExtenderArgs -> ExtenderFilterResult
+- ``POST /scheduler/prioritize``  ExtenderArgs -> HostPriorityList
+- ``GET  /api/v1/placement``      node and zone scores with reasons (people debugging placement)
+
+Handlers read the in-process snapshot only (``SnapshotCache``); the store is read by a
+background rebuild. A malformed body is a 400 with ``{"error": ...}``; anything else that
+goes wrong inside is logged and answered *permissively* (all nodes pass, neutral scores),
+because an extender error fails the pod's scheduling cycle unless ``ignorable: true``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import asdict
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from forecaster.nodes import NEUTRAL_SCORE, preferred_node_affinity, split_hot
+from forecaster.store import ForecastStore
+
+from adapter.scheduler.protocol import (
+    BadExtenderArgs,
+    ExtenderArgs,
+    error_body,
+    filter_result,
+    parse_extender_args,
+)
+from adapter.scheduler.settings import SchedulerSettings
+from adapter.scheduler.snapshot import PlacementSnapshot, SnapshotCache, host_fragment
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+_ARGS_SCHEMA = {
+    "type": "object",
+    "description": (
+        "ExtenderArgs (k8s.io/kube-scheduler/extender/v1). Keys match case-insensitively like "
+        "Go's encoding/json: Pod|pod, Nodes|nodes, NodeNames|nodenames."
+    ),
+    "properties": {
+        "Pod": {"type": ["object", "null"]},
+        "Nodes": {"type": ["object", "null"], "properties": {"items": {"type": "array", "items": {"type": "object"}}}},
+        "NodeNames": {"type": ["array", "null"], "items": {"type": "string"}},
+    },
+}
+_ERROR_SCHEMA = {"type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}
+
+
+def _openapi(summary: str, ok_schema: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "summary": summary,
+        "requestBody": {"required": True, "content": {JSON: {"schema": _ARGS_SCHEMA}}},
+        "responses": {
+            "200": {"description": "OK", "content": {JSON: {"schema": ok_schema}}},
+            "400": {"description": "Malformed ExtenderArgs", "content": {JSON: {"schema": _ERROR_SCHEMA}}},
+            "413": {"description": "Body larger than max_body_bytes", "content": {JSON: {"schema": _ERROR_SCHEMA}}},
+        },
+    }
+
+
+_FILTER_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "nodes": {"type": ["object", "null"]},
+        "nodenames": {"type": ["array", "null"], "items": {"type": "string"}},
+        "failedNodes": {"type": "object", "additionalProperties": {"type": "string"}},
+        "failedAndUnresolvableNodes": {"type": "object", "additionalProperties": {"type": "string"}},
+        "error": {"type": "string"},
+    },
+}
+_PRIORITY_SCHEMA = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {"host": {"type": "string"}, "score": {"type": "integer", "minimum": 0, "maximum": 10}},
+        "required": ["host", "score"],
+    },
+}
+
+
+class SchedulerExtender:
+    """The extender's logic over a ``SnapshotCache``; routes are thin wrappers around it."""
+
+    def __init__(self, store: ForecastStore, settings: SchedulerSettings | None = None, clock=time.time) -> None:
+        self.settings = settings or SchedulerSettings()
+        self.cache = SnapshotCache(store, self.settings, clock=clock)
+
+    # -- verbs (bytes in, bytes out; raise BadExtenderArgs on malformed input) -------------
+
+    def filter(self, body: bytes) -> bytes:
+        args = parse_extender_args(body)
+        try:
+            snap = self.cache.get()
+            passed, failed = split_hot(args.node_names, snap.loads, self.settings.threshold)
+        except Exception:  # noqa: BLE001 - never block scheduling on our own failure
+            log.exception("scheduler filter failed; letting every node pass")
+            passed, failed = list(args.node_names), {}
+        if failed:
+            log.debug("filter %s: %d of %d nodes predicted hot", args.pod_ref(), len(failed), len(args.node_names))
+        return filter_result(args, passed, failed)
+
+    def prioritize(self, body: bytes) -> bytes:
+        args = parse_extender_args(body)
+        return self.prioritize_args(args)
+
+    def prioritize_args(self, args: ExtenderArgs) -> bytes:
+        try:
+            frags = self.cache.get().fragments
+        except Exception:  # noqa: BLE001
+            log.exception("scheduler prioritize failed; neutral scores")
+            frags = {}
+        get = frags.get
+        parts = [get(n) or host_fragment(n, NEUTRAL_SCORE) for n in args.node_names]
+        return b"[" + b",".join(parts) + b"]"
+
+    # -- placement API ---------------------------------------------------------------------
+
+    def placement(self, namespace: str | None = None, node: str | None = None, zone: str | None = None) -> dict[str, Any]:
+        snap: PlacementSnapshot = self.cache.get()
+        loads = [nl for nl in snap.loads.values() if (node is None or nl.node == node) and (zone is None or nl.zone == zone)]
+        loads.sort(key=lambda nl: (-nl.score, nl.node))
+        zone_scores = snap.zone_scores()
+        nodes = [
+            {**asdict(nl), "filtered": nl.hot, "series_id": f"node/{nl.node}"}
+            for nl in loads
+        ]
+        zones = [
+            {"zone": z, "load": round(v, 4), "score": zone_scores[z], "nodes": sum(1 for nl in snap.loads.values() if nl.zone == z)}
+            for z, v in sorted(snap.zones.items(), key=lambda kv: (kv[1], kv[0]))
+            if zone is None or z == zone
+        ]
+        all_scores = {nl.node: nl.score for nl in sorted(snap.loads.values(), key=lambda nl: nl.node)}
+        out: dict[str, Any] = {
+            "namespace": namespace,
+            "snapshot_built_at": snap.built_at,
+            "snapshot_age_seconds": round(max(0.0, self.cache.clock() - snap.built_at), 3),
+            "settings": asdict(self.settings),
+            "nodes": nodes,
+            "zones": zones,
+            "hot_nodes": sorted(nl.node for nl in snap.loads.values() if nl.hot),
+            "preferred_node_affinity": preferred_node_affinity(
+                all_scores,
+                top_n=self.settings.affinity_top_n,
+                zone_scores=zone_scores,
+                avoid=[nl.node for nl in snap.loads.values() if nl.hot],
+            ),
+            "unknown_node_score": NEUTRAL_SCORE,
+        }
+        if namespace is not None:
+            out["workloads"] = [w for w in snap.workloads if w.startswith(namespace + "/")]
+            out["note"] = "node and zone scores are cluster-wide; namespace selects the workloads listed"
+        if snap.error:
+            out["store_error"] = snap.error
+        return out
+
+
+async def _read_body(request: Request, limit: int) -> bytes | Response:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        return Response(error_body(f"body of {length} bytes exceeds max_body_bytes={limit}"), status_code=413, media_type=JSON)
+    body = await request.body()
+    if len(body) > limit:
+        return Response(error_body(f"body of {len(body)} bytes exceeds max_body_bytes={limit}"), status_code=413, media_type=JSON)
+    return body
+
+
+def register_scheduler_routes(app: FastAPI, store: ForecastStore, settings: SchedulerSettings | None = None) -> SchedulerExtender:
+    """Add the extender verbs and the placement API to ``app``; returns the extender (also at
+    ``app.state.scheduler_extender``). The snapshot is built once here (errors tolerated) so the
+    first scheduling call does not wait for the store."""
+    ext = SchedulerExtender(store, settings)
+    app.state.scheduler_extender = ext
+    ext.cache.refresh()
+    limit = ext.settings.max_body_bytes
+
+    async def verb(request: Request, fn) -> Response:
+        body = await _read_body(request, limit)
+        if isinstance(body, Response):
+            return body
+        try:
+            return Response(fn(body), media_type=JSON)
+        except BadExtenderArgs as exc:
+            return Response(error_body(str(exc)), status_code=400, media_type=JSON)
+
+    @app.post("/scheduler/filter", tags=["scheduler"], openapi_extra=_openapi("kube-scheduler extender filter", _FILTER_SCHEMA))
+    async def scheduler_filter(request: Request) -> Response:
+        return await verb(request, ext.filter)
+
+    @app.post(
+        "/scheduler/prioritize", tags=["scheduler"], openapi_extra=_openapi("kube-scheduler extender prioritize", _PRIORITY_SCHEMA)
+    )
+    async def scheduler_prioritize(request: Request) -> Response:
+        return await verb(request, ext.prioritize)
+
+    @app.get("/api/v1/placement", tags=["scheduler"], summary="Node and zone placement scores with reasons")
+    async def placement(namespace: str | None = None, node: str | None = None, zone: str | None = None) -> Response:
+        if namespace is not None and (len(namespace) > 63 or not _DNS1123_LABEL.match(namespace)):
+            return JSONResponse(
+                {"error": f"namespace: {namespace!r} is not a valid namespace name (lower-case DNS-1123 label, at most 63 characters)"},
+                status_code=400,
+            )
+        return JSONResponse(ext.placement(namespace=namespace, node=node, zone=zone))
+
+    return ext
