@@ -1,0 +1,235 @@
+"""The adapter's per-process view of the store: a short-TTL cache plus a workload index.
+
+Requests never wait on Redis when a cached copy exists: an entry older than the TTL is
+served as is and re-read by a background thread (stale-while-revalidate). With Redis
+down, entries keep being served until ``max_stale_seconds`` after their last good read;
+then lookups raise ``StoreUnavailable`` (the app answers 503).
+
+The index (namespace -> workload -> labels) lets a label selector find workloads. It is
+built from the configured workloads plus the ``meta`` of every forecast in the store, and
+rebuilt every ``index_refresh_seconds`` in the background; the first build also fills the
+cache, so the first HPA request after a start finds its forecast in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, Mapping
+
+from adapter.settings import CacheSettings
+from forecaster.store import Forecast, ForecastStore, StoreError, StoreUnavailable
+
+log = logging.getLogger("foresight.adapter.state")
+
+_MISSING = object()
+
+
+def labels_of(series_id: str, fc: Forecast | None, configured: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Labels a selector matches for one workload: workload=<name>, deployment=<name> for a
+    Deployment (statefulset=<name> for a StatefulSet), the forecast's meta labels, then the
+    configured labels (which win)."""
+    ns, _, name = series_id.partition("/")
+    meta = fc.meta if fc is not None else {}
+    name = str(meta.get("workload") or name)
+    kind = str(meta.get("kind") or "Deployment")
+    out = {"workload": name}
+    if kind == "Deployment":
+        out["deployment"] = name
+    elif kind == "StatefulSet":
+        out["statefulset"] = name
+    ml = meta.get("labels")
+    if isinstance(ml, Mapping):
+        out.update({str(k): str(v) for k, v in ml.items()})
+    if configured:
+        out.update(configured)
+    return out
+
+
+class ForecastCache:
+    def __init__(
+        self,
+        store: ForecastStore,
+        settings: CacheSettings,
+        configured_labels: Mapping[str, Mapping[str, str]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        on_store_error: Callable[[Exception], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self.configured = {k: dict(v) for k, v in (configured_labels or {}).items()}
+        self._entries: dict[str, tuple[Forecast | None, float]] = {}
+        self._labels: dict[str, dict[str, dict[str, str]]] = {}  # ns -> name -> labels
+        self._index_at: float | None = None
+        self._pending: set[str] = set()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._down_until = 0.0
+        self._last_error: str | None = None
+        self._last_ok: float | None = None
+        self._on_store_error = on_store_error
+        for sid, labels in self.configured.items():
+            self._put_labels(sid, labels_of(sid, None, labels))
+
+    # --- background refresher ---------------------------------------------------------
+    def start(self) -> None:
+        if self._thread and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="foresight-cache", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread:
+            self._thread.join(timeout=5)
+        self._thread = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self._index_at is None or self.clock() - self._index_at >= self.settings.index_refresh_seconds:
+                    self.refresh_index()
+                self._refresh_pending()
+            except StoreError as exc:
+                self._failed(exc)
+            except Exception:  # noqa: BLE001 - the refresher must survive anything
+                log.exception("cache refresh failed")
+            self._wake.wait(timeout=min(self.settings.ttl_seconds, 1.0))
+            self._wake.clear()
+
+    def _refresh_pending(self) -> None:
+        with self._lock:
+            keys, self._pending = list(self._pending), set()
+        for i in range(0, len(keys), 500):
+            chunk = keys[i : i + 500]
+            got = self.store.latest_many(chunk)
+            now = self.clock()
+            self._ok(now)
+            for sid in chunk:
+                self._store_entry(sid, got.get(sid), now)
+
+    # --- bookkeeping --------------------------------------------------------------------
+    def _ok(self, now: float) -> None:
+        self._last_ok = now
+        self._last_error = None
+
+    def _failed(self, exc: Exception) -> None:
+        self._last_error = str(exc)
+        self._down_until = self.clock() + min(1.0, self.settings.ttl_seconds)
+        if self._on_store_error:
+            self._on_store_error(exc)
+        log.warning("store unavailable: %s", exc)
+
+    def _put_labels(self, sid: str, labels: dict[str, str]) -> None:
+        ns, _, name = sid.partition("/")
+        self._labels.setdefault(ns, {})[name] = labels
+
+    def _store_entry(self, sid: str, fc: Forecast | None, now: float) -> None:
+        self._entries[sid] = (fc, now)
+        if fc is not None:
+            self._put_labels(sid, labels_of(sid, fc, self.configured.get(sid)))
+
+    # --- reads --------------------------------------------------------------------------
+    def refresh_index(self) -> None:
+        """List the store's series and read the ones not cached yet (their meta has labels)."""
+        ids = self.store.list_series()
+        now = self.clock()
+        self._ok(now)
+        unknown = [s for s in ids if s not in self._entries]
+        for i in range(0, len(unknown), 1000):
+            chunk = unknown[i : i + 1000]
+            got = self.store.latest_many(chunk)
+            now = self.clock()
+            for sid in chunk:
+                self._store_entry(sid, got.get(sid), now)
+        alive = set(ids) | set(self.configured)
+        for ns in list(self._labels):
+            for name in list(self._labels[ns]):
+                if f"{ns}/{name}" not in alive:
+                    del self._labels[ns][name]
+                    self._entries.pop(f"{ns}/{name}", None)
+            if not self._labels[ns]:
+                del self._labels[ns]
+        self._index_at = self.clock()
+
+    def ensure_index(self) -> None:
+        if self._index_at is None:
+            try:
+                self.refresh_index()
+            except StoreError as exc:
+                self._failed(exc)
+                raise
+
+    def get(self, series_id: str) -> Forecast | None:
+        """The cached forecast (None: the store has none). Raises StoreUnavailable when the
+        store is down and the cached copy is too old (or there is none)."""
+        now = self.clock()
+        entry = self._entries.get(series_id)
+        if entry is not None:
+            fc, at = entry
+            age = now - at
+            if age <= self.settings.ttl_seconds:
+                return fc
+            if self.running and age <= self.settings.max_stale_seconds:
+                with self._lock:
+                    self._pending.add(series_id)
+                self._wake.set()
+                return fc
+        return self._read_through(series_id, entry, now)
+
+    def _read_through(self, series_id: str, entry, now: float) -> Forecast | None:
+        if now < self._down_until:
+            return self._stale_or_raise(entry, now, StoreUnavailable(self._last_error or "store unavailable"))
+        try:
+            fc = self.store.latest(series_id)
+        except StoreUnavailable as exc:
+            self._failed(exc)
+            return self._stale_or_raise(entry, now, exc)
+        self._ok(now)
+        self._store_entry(series_id, fc, now)
+        return fc
+
+    def _stale_or_raise(self, entry, now: float, exc: StoreUnavailable) -> Forecast | None:
+        if entry is not None and now - entry[1] <= self.settings.max_stale_seconds:
+            return entry[0]
+        raise exc
+
+    def workloads(self, namespace: str) -> dict[str, dict[str, str]]:
+        """name -> labels of the workloads known in a namespace."""
+        return dict(self._labels.get(namespace, {}))
+
+    def all_series(self) -> list[str]:
+        return sorted(f"{ns}/{name}" for ns, names in self._labels.items() for name in names)
+
+    def labels(self, series_id: str, fc: Forecast | None) -> dict[str, str]:
+        ns, _, name = series_id.partition("/")
+        known = self._labels.get(ns, {}).get(name)
+        if known is not None and fc is None:
+            return known
+        return labels_of(series_id, fc, self.configured.get(series_id))
+
+    def is_configured(self, series_id: str) -> bool:
+        return series_id in self.configured
+
+    def health(self) -> dict:
+        """Store reachability as seen by this process (pings the store)."""
+        ok = self.store.ping()
+        now = self.clock()
+        if ok:
+            self._ok(now)
+        return {
+            "store_reachable": ok,
+            "last_error": self._last_error,
+            "seconds_since_last_good_read": None if self._last_ok is None else round(now - self._last_ok, 3),
+            "cached_forecasts": sum(1 for fc, _ in self._entries.values() if fc is not None),
+        }
