@@ -1,0 +1,192 @@
+"""``foresight serve``: the external metrics adapter over HTTPS.
+
+Light module: argparse only at import; FastAPI/uvicorn are imported when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from forecaster.errors import UserError
+
+log = logging.getLogger("foresight.adapter")
+
+DEFAULT_STORE = "redis://127.0.0.1:6379/0"
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "serve",
+        help="serve forecasts to the HPA (external metrics API), REST and the dashboard over HTTPS",
+        description="Serve predicted_cpu_load_ratio / predicted_cpu_cores to HPA v2 as a Kubernetes "
+        "external metrics API server, plus /api/v1/forecasts, a dashboard at / and /metrics. "
+        "Reads only the forecast store (it never trains or queries history).",
+    )
+    p.add_argument("--store", help=f"forecast store URL (default: the config's store.url, else {DEFAULT_STORE})")
+    p.add_argument("--config", help="workloads YAML (labels and static capacity of workloads)")
+    p.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    p.add_argument("--port", type=int, default=8443, help="listen port (default 8443)")
+    p.add_argument("--cert", help="serving certificate (PEM); with --key")
+    p.add_argument("--key", help="serving private key (PEM)")
+    p.add_argument("--cert-dir", default="apiserver.local.config/certificates",
+                   help="where a self-signed pair is generated when --cert/--key are not given")
+    p.add_argument("--plain-http", action="store_true", help="serve plain HTTP (local debugging only)")
+    p.add_argument("--requestheader-ca", help="CA of the aggregator's front-proxy client certificate "
+                   "(kube-system/extension-apiserver-authentication: requestheader-client-ca-file)")
+    p.add_argument("--allowed-names", default="", help="comma-separated allowed CNs of that certificate "
+                   "(requestheader-allowed-names; empty: any name the CA signed)")
+    p.add_argument("--token-file", help="file holding a bearer token that is also accepted")
+    p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
+    p.add_argument("--lead-seconds", type=float, default=75.0, help="lead window: pod start-up + one HPA sync (75)")
+    p.add_argument("--quantile", default="p90", help="published quantile to serve (p90; 'mean' allowed)")
+    p.add_argument("--max-forecast-age", type=float, default=300.0, help="older forecasts are stale (300 s)")
+    p.add_argument("--no-observed-floor", action="store_true", help="serve the prediction even below observed demand")
+    p.add_argument("--cache-ttl", type=float, default=2.0, help="per-process cache TTL over the store (2 s)")
+    p.add_argument("--cache-max-stale", type=float, default=30.0,
+                   help="with the store down, serve cached forecasts this long, then 503 (30 s)")
+    p.add_argument("--access-log", action="store_true", help="log every request")
+    p.set_defaults(func=run)
+
+
+def _read_file(path: str | None, what: str) -> str | None:
+    if not path:
+        return None
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:
+        raise UserError(f"{what} {path}: cannot read it ({exc.strerror}); pass an existing readable file") from exc
+
+
+def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """Validated, JSON-able options (sent to worker processes through the environment)."""
+    problems = []
+    if not (0 < args.port < 65536):
+        problems.append(f"--port {args.port}: must be 1-65535")
+    if args.workers < 1:
+        problems.append(f"--workers {args.workers}: must be >= 1")
+    if bool(args.cert) != bool(args.key):
+        problems.append("--cert and --key go together: give both, or neither to generate a self-signed pair")
+    for flag, path in (("--cert", args.cert), ("--key", args.key), ("--requestheader-ca", args.requestheader_ca), ("--config", args.config)):
+        if path and not Path(path).is_file():
+            problems.append(f"{flag} {path}: no such file")
+    if problems:
+        raise UserError("; ".join(problems))
+    token = _read_file(args.token_file, "--token-file")
+    if args.token_file and not token:
+        raise UserError(f"--token-file {args.token_file}: the file is empty; put the bearer token in it")
+    return {
+        "store": args.store,
+        "config": args.config,
+        "lead_seconds": args.lead_seconds,
+        "quantile": args.quantile,
+        "max_forecast_age_seconds": args.max_forecast_age,
+        "observed_floor": not args.no_observed_floor,
+        "cache_ttl_seconds": args.cache_ttl,
+        "cache_max_stale_seconds": args.cache_max_stale,
+        "requestheader_ca_file": args.requestheader_ca,
+        "allowed_names": [n.strip() for n in args.allowed_names.split(",") if n.strip()],
+        "token": token,
+    }
+
+
+def build_settings(opts: dict[str, Any]):
+    """(AdapterSettings, store URL) from options."""
+    from adapter.metrics import MetricSettings
+    from adapter.settings import AdapterSettings, AuthSettings, CacheSettings
+
+    labels: dict[str, dict[str, str]] = {}
+    capacity: dict[str, dict[str, float]] = {}
+    store_url = opts.get("store")
+    if opts.get("config"):
+        from forecaster.config import load_config
+
+        cfg = load_config(opts["config"])
+        for w in cfg.workloads:
+            labels[w.series_id] = w.all_labels()
+            cap = {}
+            if w.capacity.cpu_request_cores is not None:
+                cap["cpu_request_cores"] = w.capacity.cpu_request_cores
+            if w.capacity.ready_pods is not None:
+                cap["ready_pods"] = w.capacity.ready_pods
+            if cap:
+                capacity[w.series_id] = cap
+        store_url = store_url or cfg.store.url
+    try:
+        metric = MetricSettings(
+            lead_seconds=float(opts.get("lead_seconds", 75.0)),
+            quantile=str(opts.get("quantile", "p90")),
+            max_forecast_age_seconds=float(opts.get("max_forecast_age_seconds", 300.0)),
+            observed_floor=bool(opts.get("observed_floor", True)),
+        )
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    settings = AdapterSettings(
+        metric=metric,
+        cache=CacheSettings(
+            ttl_seconds=float(opts.get("cache_ttl_seconds", 2.0)),
+            max_stale_seconds=float(opts.get("cache_max_stale_seconds", 30.0)),
+        ),
+        auth=AuthSettings(
+            requestheader_ca_file=opts.get("requestheader_ca_file"),
+            allowed_names=tuple(opts.get("allowed_names") or ()),
+            token=opts.get("token"),
+        ),
+        workload_labels=labels,
+        workload_capacity=capacity,
+    )
+    return settings, store_url or DEFAULT_STORE
+
+
+def build_app(opts: dict[str, Any]):
+    from adapter.app import create_app
+    from forecaster.store import open_store
+
+    settings, url = build_settings(opts)
+    return create_app(settings, open_store(url))
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from adapter.server import ENV_OPTIONS, uvicorn_kwargs
+
+    opts = options_from_args(args)
+    settings, url = build_settings(opts)  # fail fast on bad config, before any worker starts
+    certfile = keyfile = None
+    if not args.plain_http:
+        if args.cert:
+            certfile, keyfile = args.cert, args.key
+        else:
+            from adapter.tls import ensure_serving_cert
+
+            certfile, keyfile = (str(p) for p in ensure_serving_cert(args.cert_dir))
+            log.info("serving with the self-signed certificate in %s", args.cert_dir)
+    elif settings.auth.requestheader_ca_file:
+        raise UserError("--requestheader-ca needs HTTPS: drop --plain-http")
+    scheme = "http" if args.plain_http else "https"
+    auth = "on" if settings.auth.enabled else "off (anyone who can reach the port can read)"
+    print(f"foresight serve: {scheme}://{args.host}:{args.port} store={url} workers={args.workers} auth={auth}", flush=True)
+    kw = uvicorn_kwargs(
+        args.host, args.port, certfile, keyfile,
+        client_ca_file=settings.auth.requestheader_ca_file,
+        workers=args.workers,
+        log_level="debug" if getattr(args, "verbose", False) else "warning",
+        access_log=args.access_log,
+    )
+    if args.workers == 1:
+        from adapter.app import create_app
+        from forecaster.store import open_store
+
+        kw.pop("workers")
+        config = uvicorn.Config(create_app(settings, open_store(url)), **kw)
+        uvicorn.Server(config).run()
+    else:
+        os.environ[ENV_OPTIONS] = json.dumps(opts)
+        kw["factory"] = True
+        uvicorn.run("adapter.server:app_from_env", **kw)
+    return 0

@@ -1,0 +1,130 @@
+"""Running the adapter app over HTTPS with uvicorn.
+
+uvicorn does not pass the client certificate to the app, and aggregated-API authentication
+needs it (X-Remote-User is trusted only from the front-proxy certificate). ``TLSHttpProtocol``
+adds it to the ASGI scope as ``scope["extensions"]["tls"]`` (verified flag + common name).
+
+- ``serve_in_thread(app, host, port, certfile, keyfile)``: for ``foresight up`` (one process).
+- ``uvicorn_config(...)`` / ``run(...)``: for ``foresight serve`` (several workers possible;
+  each worker builds its own app and cache from the options in the environment).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+ENV_OPTIONS = "FORESIGHT_ADAPTER_OPTIONS"
+
+
+def _tls_info(transport) -> dict | None:
+    ssl_obj = transport.get_extra_info("ssl_object")
+    if ssl_obj is None:
+        return None
+    cert = None
+    try:
+        cert = ssl_obj.getpeercert()
+    except (ValueError, ssl.SSLError):
+        cert = None
+    cn = None
+    if cert:
+        for rdn in cert.get("subject", ()):
+            for k, v in rdn:
+                if k == "commonName":
+                    cn = v
+    # With CERT_OPTIONAL + a CA, a presented certificate only gets here if it verified.
+    return {"client_cert_verified": bool(cert), "client_cert_cn": cn, "tls_version": ssl_obj.version()}
+
+
+class TLSHttpProtocol(HttpToolsProtocol):
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._foresight_tls = _tls_info(transport)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._foresight_tls is not None:
+            self.scope["extensions"] = {"tls": self._foresight_tls}  # type: ignore[typeddict-unknown-key]
+
+
+def uvicorn_kwargs(host: str, port: int, certfile: str | None, keyfile: str | None, *,
+                   client_ca_file: str | None = None, workers: int = 1, factory: bool = False,
+                   log_level: str = "warning", access_log: bool = False) -> dict[str, Any]:
+    kw: dict[str, Any] = dict(
+        host=host,
+        port=port,
+        http=TLSHttpProtocol,
+        loop="uvloop",
+        lifespan="on",
+        log_level=log_level,
+        access_log=access_log,
+        workers=workers,
+        factory=factory,
+        timeout_keep_alive=75,  # the aggregator keeps connections open; don't drop them every 5 s
+    )
+    if certfile:
+        kw.update(ssl_certfile=str(certfile), ssl_keyfile=str(keyfile))
+        if client_ca_file:
+            kw.update(ssl_ca_certs=str(client_ca_file), ssl_cert_reqs=ssl.CERT_OPTIONAL)
+    return kw
+
+
+def uvicorn_config(app: Any, host: str, port: int, certfile: str | None, keyfile: str | None, **kw: Any):
+    import uvicorn
+
+    return uvicorn.Config(app, **uvicorn_kwargs(host, port, certfile, keyfile, **kw))
+
+
+@dataclass
+class ServerHandle:
+    server: Any
+    thread: threading.Thread
+    url: str
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self.thread.is_alive()
+
+
+def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 8443, certfile: str | None = None,
+                    keyfile: str | None = None, *, client_ca_file: str | None = None,
+                    startup_timeout: float = 15.0) -> ServerHandle:
+    """Serve ``app`` in a daemon thread (HTTPS when certfile is given); returns once it
+    accepts connections. ``handle.stop()`` shuts it down."""
+    import uvicorn
+
+    config = uvicorn_config(app, host, port, certfile, keyfile, client_ca_file=client_ca_file)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name=f"foresight-adapter-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + startup_timeout
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError(f"the adapter failed to start on {host}:{port} (port in use?)")
+        if time.monotonic() > deadline:
+            server.should_exit = True
+            raise RuntimeError(f"the adapter did not start on {host}:{port} within {startup_timeout} s")
+        time.sleep(0.02)
+    scheme = "https" if certfile else "http"
+    return ServerHandle(server, thread, f"{scheme}://{host}:{port}")
+
+
+# --- multi-worker: each worker process builds the app from options in the environment -----
+
+def app_from_env():
+    """uvicorn factory (``adapter.server:app_from_env``) used by ``foresight serve``."""
+    from adapter.cli import build_app
+
+    opts = json.loads(os.environ[ENV_OPTIONS])
+    return build_app(opts)
