@@ -157,14 +157,16 @@ class NodeInventory:
         return None
 
 
-_LABEL_RE = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+# A value ends at the quote followed by the next `,key="` or the closing brace, so values with
+# unescaped quotes (series_name does not escape) still parse.
+_LABEL_RE = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="(.*?)"(?=,[A-Za-z_][A-Za-z0-9_]*="|\}$)')
 
 
 def labels_from_series_name(name: str) -> dict[str, str]:
     """Inverse of ``forecaster.sources.prometheus.series_name`` for ``{a="x",b="y"}`` names."""
     brace = name.find("{")
-    body = name[brace:] if brace >= 0 else ""
-    return {k: v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _LABEL_RE.findall(body)}
+    body = name[brace:].strip() if brace >= 0 else ""
+    return dict(_LABEL_RE.findall(body))
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,225 @@
+"""Node-load forecasts (forecaster/nodes.py): the join, training against a real Prometheus,
+and the pure scoring/affinity rules shared by the extender and the warm pool."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
+from forecaster.errors import UserError
+from forecaster.nodes import (
+    MAX_SCORE,
+    NEUTRAL_SCORE,
+    NodeForecastSettings,
+    NodeInventory,
+    NodeScoreSettings,
+    assess_nodes,
+    forecast_utilization,
+    instance_host,
+    labels_from_series_name,
+    preferred_node_affinity,
+    score_for_load,
+    split_hot,
+    train_nodes_once,
+    window_max,
+)
+from forecaster.sources.prometheus import PrometheusSource, series_name
+from forecaster.store import MemoryForecastStore, make_forecast
+from tests.scheduler.cluster import NODES, build_families
+
+NOW = 1_800_000_000.0
+
+
+def node_fc(name, p90, *, zone="z", age=10.0, observed=None, status="ok", cores=1.0, step=60.0):
+    p90 = list(p90)
+    obs = () if observed is None else ((NOW - age, observed),)
+    return make_forecast(
+        f"node/{name}",
+        origin=NOW - age,
+        step_seconds=step,
+        mean=[min(v, 1.0) for v in p90],
+        quantiles={"p90": p90},
+        model="ar",
+        generated_at=NOW - age,
+        observed=obs,
+        status=status,
+        reason="model failed" if status != "ok" else "",
+        meta={"kind": "Node", "node": name, "zone": zone, "cpu_cores": cores},
+    )
+
+
+# -- the instance -> node join ---------------------------------------------------------------
+
+
+def test_instance_host_strips_ports_and_ipv6_brackets_but_keeps_plain_names():
+    assert instance_host("10.0.0.7:9100") == "10.0.0.7"
+    assert instance_host("[fd00::7]:9100") == "fd00::7"
+    assert instance_host("node-a") == "node-a"
+    assert instance_host("fd00::7") == "fd00::7"  # bare IPv6 has more than one colon
+
+
+def test_join_resolves_relabeled_names_and_internal_ips_and_refuses_to_guess_the_rest():
+    inv = NodeInventory.from_samples(
+        [({"node": "node-a", "internal_ip": "10.0.0.1"}, 1.0), ({"node": "node-b", "internal_ip": "10.0.0.2"}, 1.0)],
+        [({"node": "node-a", "label_topology_kubernetes_io_zone": "eu-1a"}, 1.0),
+         ({"node": "node-b", "label_failure_domain_beta_kubernetes_io_zone": "eu-1b"}, 1.0)],
+    )
+    assert inv.resolve("10.0.0.1:9100") == ("node-a", "eu-1a")
+    assert inv.resolve("node-b:9100") == ("node-b", "eu-1b")  # deprecated zone label as fallback
+    assert inv.resolve("10.0.0.99:9100") is None
+    # without kube-state-metrics the instance host is the node name and the zone is unknown
+    assert NodeInventory().resolve("worker-7:9100") == ("worker-7", "")
+
+
+def test_series_names_of_the_prometheus_source_parse_back_to_their_labels():
+    labels = {"instance": "10.0.0.1:9100", "job": 'we"ird'}
+    assert labels_from_series_name(series_name(labels)) == labels
+
+
+# -- training against a real Prometheus -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster(prometheus_factory, trace_slice):
+    end = math.floor(time.time() / 300) * 300 - 600
+    families, truth = build_families(trace_slice, end, hours=8)
+    srv = prometheus_factory(families)
+    return srv, end, truth
+
+
+def test_training_publishes_node_and_zone_forecasts_that_start_from_the_real_utilization(cluster):
+    srv, end, truth = cluster
+    store = MemoryForecastStore()
+    settings = NodeForecastSettings(step_seconds=300, history_seconds=6 * 3600, horizon_seconds=900)
+    report = train_nodes_once(PrometheusSource(srv.url), store, now=end, settings=settings)
+
+    known = [n for n in NODES if n.in_inventory]
+    assert report.nodes == sorted(n.name for n in known)
+    assert report.unresolved == ["10.9.9.9:9100"]  # the ghost instance is reported, not invented
+    assert store.list_series() == sorted([f"node/{n.name}" for n in known] + ["zone/zone-a", "zone/zone-b"])
+    for node in known:
+        fc = store.latest(f"node/{node.name}")
+        assert fc.meta == {"kind": "Node", "node": node.name, "zone": node.zone, "instance": node.instance, "cpu_cores": float(node.cores)}
+        assert fc.origin == end and len(fc.mean) == 3
+        # the last observed point is the rate() of the counters = the trace's last 5 minutes
+        assert fc.observed[-1][1] == pytest.approx(truth[node.name][1][-1], abs=1e-6)
+        for values in (fc.mean, *fc.quantiles.values()):
+            assert all(0.0 <= v <= 1.0 for v in values)
+        assert all(p90 >= p50 for p50, p90 in zip(fc.quantiles["p50"], fc.quantiles["p90"]))
+    # a zone is the core-weighted mean of its nodes
+    a, b = (n for n in known if n.zone == "zone-a")
+    expected = (a.cores * truth[a.name][1][-1] + b.cores * truth[b.name][1][-1]) / (a.cores + b.cores)
+    zone = store.latest("zone/zone-a")
+    assert zone.observed[-1][1] == pytest.approx(expected, abs=1e-6)
+    assert zone.meta["nodes"] == 2 and zone.meta["cpu_cores"] == float(a.cores + b.cores)
+
+
+def test_a_model_that_fails_falls_back_to_persistence_and_says_why():
+    y = 0.5 + 0.1 * np.sin(np.arange(100) / 4)
+    mean, qs, model, status, reason = forecast_utilization(y, NodeForecastSettings(model="no-such-model", horizon_seconds=300))
+    assert (model, status) == ("persistence", "fallback")
+    assert "no-such-model" in reason
+    assert np.allclose(mean, y[-1]) and len(mean) == 5
+    assert np.all(qs["p90"] >= qs["p50"]) and np.all((qs["p90"] >= 0) & (qs["p90"] <= 1))
+
+
+def test_utilization_forecasts_stay_within_zero_and_one_even_for_a_series_at_the_ceiling():
+    y = np.r_[np.linspace(0.6, 1.0, 80), np.full(40, 1.0)]
+    y[5:9] = np.nan  # gaps are carried over, never published
+    mean, qs, *_ = forecast_utilization(y, NodeForecastSettings(model="ar", horizon_seconds=600))
+    for v in (mean, *qs.values()):
+        assert np.isfinite(v).all() and v.min() >= 0.0 and v.max() <= 1.0
+
+
+def test_bad_node_forecast_settings_list_every_problem():
+    with pytest.raises(UserError) as e:
+        NodeForecastSettings(step_seconds=0, quantiles=(1.5,), min_points=1)
+    assert "step_seconds" in str(e.value) and "quantiles" in str(e.value) and "min_points" in str(e.value)
+
+
+# -- scoring -----------------------------------------------------------------------------------
+
+
+def test_load_is_the_quantile_max_over_the_horizon_not_the_whole_forecast():
+    fc = node_fc("n", [0.3, 0.4, 0.5, 0.6, 0.7, 0.95], age=0.0, step=60.0)
+    assert window_max(fc, NOW, 180.0, "p90") == pytest.approx(0.5)
+    assert window_max(fc, NOW, 600.0, "p90") == pytest.approx(0.95)
+    assert window_max(fc, NOW + 3600, 60.0, "p90") is None  # the forecast ended: no opinion
+
+
+def test_hot_nodes_are_split_off_with_a_reason_unless_every_candidate_is_hot():
+    loads, _ = assess_nodes(
+        {"node/cool": node_fc("cool", [0.2] * 5), "node/hot": node_fc("hot", [0.7, 0.9, 0.95, 0.9, 0.9])}, NOW, NodeScoreSettings()
+    )
+    passed, failed = split_hot(["hot", "cool", "unknown"], loads, 0.85)
+    assert passed == ["cool", "unknown"]
+    assert set(failed) == {"hot"} and "0.95" in failed["hot"] and "0.85" in failed["hot"]
+    assert split_hot(["hot"], loads, 0.85) == (["hot"], {})
+
+
+def test_stale_and_fallback_forecasts_are_neutral_or_observed_never_hot_from_old_data():
+    s = NodeScoreSettings(max_forecast_age_seconds=300)
+    fcs = {
+        "node/old": node_fc("old", [0.99] * 30, age=3600.0, observed=0.99),
+        "node/fb": node_fc("fb", [0.99] * 5, observed=0.1, status="fallback"),
+    }
+    loads, _ = assess_nodes(fcs, NOW, s)
+    assert loads["old"].status == "stale" and loads["old"].score == NEUTRAL_SCORE and not loads["old"].hot
+    assert loads["fb"].status == "fallback" and loads["fb"].load == pytest.approx(0.1) and not loads["fb"].hot
+
+
+def test_zone_load_is_the_zone_forecast_when_fresh_else_the_core_weighted_node_mean():
+    s = NodeScoreSettings(zone_weight=0.5)
+    fcs = {"node/a": node_fc("a", [0.2] * 5, zone="z1", cores=3), "node/b": node_fc("b", [0.6] * 5, zone="z1", cores=1)}
+    _, zones = assess_nodes(fcs, NOW, s)
+    assert zones["z1"] == pytest.approx((3 * 0.2 + 1 * 0.6) / 4)
+    zfc = make_forecast("zone/z1", origin=NOW, step_seconds=60, mean=[0.9] * 5, quantiles={"p90": [0.9] * 5}, model="ar", generated_at=NOW)
+    loads, zones = assess_nodes({**fcs, "zone/z1": zfc}, NOW, s)
+    assert zones["z1"] == pytest.approx(0.9)
+    assert loads["a"].score == score_for_load(0.2, 0.9, 0.5)
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1), st.floats(0, 1))
+def test_scores_are_integers_in_the_extender_range_and_never_rise_with_load(a, b, zone, w):
+    lo, hi = min(a, b), max(a, b)
+    s_lo, s_hi = score_for_load(lo, zone, w), score_for_load(hi, zone, w)
+    assert isinstance(s_lo, int) and 0 <= s_hi <= s_lo <= MAX_SCORE
+
+
+# -- nodeAffinity preferences -----------------------------------------------------------------
+
+
+def test_affinity_prefers_the_best_nodes_one_field_value_per_term_in_stable_order():
+    scores = {"n1": 7, "n2": 9, "n3": 7, "n4": 3, "n5": 8}
+    aff = preferred_node_affinity(scores, top_n=3, avoid=["n4"])
+    terms = aff["preferredDuringSchedulingIgnoredDuringExecution"]
+    picked = [t["preference"]["matchFields"][0]["values"] for t in terms[:3]]
+    assert picked == [["n2"], ["n5"], ["n1"]]  # n1 before n3: ties keep input order
+    assert [t["weight"] for t in terms[:3]] == [90, 80, 70]
+    # the API allows exactly one value per In/NotIn matchFields requirement
+    for t in terms:
+        for req in t["preference"].get("matchFields", []):
+            assert req["key"] == "metadata.name" and len(req["values"]) == 1
+        assert 1 <= t["weight"] <= 100
+    avoid = terms[3]["preference"]["matchFields"]
+    assert avoid == [{"key": "metadata.name", "operator": "NotIn", "values": ["n4"]}]
+    assert preferred_node_affinity({"n": NEUTRAL_SCORE})["preferredDuringSchedulingIgnoredDuringExecution"] == []
+
+
+def test_affinity_dict_round_trips_through_the_kubernetes_client_model():
+    from kubernetes.client import ApiClient
+
+    aff = preferred_node_affinity({"a": 8, "b": 6}, zone_scores={"eu-1a": 9, "eu-1b": 2}, avoid=["c"])
+
+    client = ApiClient()
+    # the dict -> model step of ApiClient.deserialize (its public signature differs by version)
+    model = client._ApiClient__deserialize(json.loads(json.dumps(aff)), "V1NodeAffinity")
+    assert client.sanitize_for_serialization(model) == aff
+    zone_terms = [t for t in aff["preferredDuringSchedulingIgnoredDuringExecution"] if "matchExpressions" in t["preference"]]
+    assert zone_terms == [{"weight": 90, "preference": {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["eu-1a"]}]}}]
