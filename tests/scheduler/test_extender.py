@@ -1,0 +1,284 @@
+"""The kube-scheduler HTTP extender and the placement API over a minimal FastAPI app.
+
+Request bodies are what kube-scheduler's HTTPExtender.send marshals: ``ExtenderArgs`` from
+k8s.io/kube-scheduler/extender/v1, whose fields carry no json tags (keys ``Pod``, ``Nodes``,
+``NodeNames``; the unused one is ``null``). Answers are decoded by Go's case-insensitive
+encoding/json into ``ExtenderFilterResult`` / ``HostPriorityList``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from adapter.scheduler import SchedulerSettings, register_scheduler_routes
+from adapter.scheduler.snapshot import SnapshotCache
+from forecaster.errors import ConfigError
+from forecaster.nodes import NEUTRAL_SCORE
+from forecaster.store import MemoryForecastStore, RedisForecastStore, StoreUnavailable, make_forecast
+
+FILTER_KEYS = {"nodes", "nodenames", "failedNodes", "failedAndUnresolvableNodes", "error"}
+
+
+def publish_node(store, name, p90, *, zone="zone-a", age=5.0, cores=2.0, now=None):
+    now = time.time() if now is None else now
+    values = [p90] * 15 if isinstance(p90, float) else list(p90)
+    store.publish(
+        make_forecast(
+            f"node/{name}",
+            origin=now - age,
+            step_seconds=60,
+            mean=[v * 0.9 for v in values],
+            quantiles={"p50": [v * 0.9 for v in values], "p90": values},
+            model="ar",
+            generated_at=now - age,
+            observed=((now - age, values[0] * 0.9),),
+            meta={"kind": "Node", "node": name, "zone": zone, "cpu_cores": cores},
+        )
+    )
+
+
+def node_object(name, zone):
+    """A v1.Node as the scheduler marshals it (trimmed, but with the parts it always has)."""
+    return {
+        "metadata": {"name": name, "uid": f"uid-{name}", "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": zone}},
+        "spec": {"podCIDR": "10.244.0.0/24"},
+        "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+POD = {"metadata": {"name": "web-7d4b9", "namespace": "shop", "uid": "p-1"}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}}
+
+
+def names_args(names):
+    return {"Pod": POD, "Nodes": None, "NodeNames": names}
+
+
+def nodes_args(objs):
+    return {"Pod": POD, "Nodes": {"metadata": {}, "items": objs}, "NodeNames": None}
+
+
+@pytest.fixture
+def store():
+    s = MemoryForecastStore()
+    publish_node(s, "cool", 0.20, zone="zone-a")
+    publish_node(s, "warm", 0.30, zone="zone-a")
+    publish_node(s, "hot", [0.70, 0.80, 0.93] + [0.9] * 12, zone="zone-b")
+    publish_node(s, "calm-b", 0.20, zone="zone-b")
+    return s
+
+
+def make_client(store, settings=None):
+    app = FastAPI()
+    ext = register_scheduler_routes(app, store, settings)
+    return TestClient(app), ext
+
+
+def test_filter_drops_the_node_predicted_hot_and_answers_an_exact_extender_filter_result(store):
+    client, _ = make_client(store)
+    r = client.post("/scheduler/filter", json=names_args(["warm", "hot", "cool", "not-forecast"]))
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+    body = r.json()
+    assert set(body) == FILTER_KEYS
+    assert body["nodenames"] == ["warm", "cool", "not-forecast"]  # a subset, input order kept
+    assert body["nodes"] is None
+    assert list(body["failedNodes"]) == ["hot"] and "0.93" in body["failedNodes"]["hot"]
+    assert body["failedAndUnresolvableNodes"] == {}
+    assert body["error"] == ""  # a non-empty error would fail the pod's scheduling cycle
+
+
+def test_filter_in_full_nodes_mode_echoes_the_whole_node_objects_that_pass(store):
+    client, _ = make_client(store)
+    objs = [node_object("hot", "zone-b"), node_object("cool", "zone-a"), node_object("calm-b", "zone-b")]
+    body = client.post("/scheduler/filter", json=nodes_args(objs)).json()
+    assert body["nodenames"] is None
+    assert body["nodes"]["items"] == [objs[1], objs[2]]  # unchanged objects, the scheduler reuses them
+    assert list(body["failedNodes"]) == ["hot"]
+
+
+def test_filter_lets_every_node_through_when_all_of_them_are_predicted_hot(store):
+    client, _ = make_client(store)
+    body = client.post("/scheduler/filter", json=names_args(["hot"])).json()
+    assert body["nodenames"] == ["hot"] and body["failedNodes"] == {}
+
+
+def test_prioritize_prefers_lower_predicted_node_load_and_then_the_cooler_zone(store):
+    client, _ = make_client(store)
+    # cool (zone-a) and calm-b (zone-b) have the same node load; zone-b also holds the hot node
+    r = client.post("/scheduler/prioritize", json=names_args(["hot", "warm", "cool", "calm-b"]))
+    assert r.status_code == 200
+    hp = r.json()
+    assert [h["host"] for h in hp] == ["hot", "warm", "cool", "calm-b"]
+    assert all(set(h) == {"host", "score"} and isinstance(h["score"], int) and 0 <= h["score"] <= 10 for h in hp)
+    score = {h["host"]: h["score"] for h in hp}
+    assert score["cool"] > score["warm"] > score["hot"]
+    assert score["cool"] > score["calm-b"]
+    assert b'"score":' in r.content and b'.0' not in r.content  # int64 for Go: never 7.0
+
+
+def test_prioritize_ties_get_equal_scores_and_keep_the_input_order():
+    s = MemoryForecastStore()
+    for n in ("n3", "n1", "n2"):
+        publish_node(s, n, 0.40)
+    client, _ = make_client(s)
+    for order in (["n1", "n2", "n3"], ["n3", "n1", "n2"], ["n2", "n3", "n1"]):
+        hp = client.post("/scheduler/prioritize", json=names_args(order)).json()
+        assert [h["host"] for h in hp] == order
+        assert len({h["score"] for h in hp}) == 1
+
+
+def test_unknown_nodes_and_stale_forecasts_get_the_neutral_score_and_are_never_filtered(store):
+    publish_node(store, "stale-hot", 0.99, age=3600.0)
+    client, _ = make_client(store, SchedulerSettings(max_forecast_age_seconds=300))
+    hp = client.post("/scheduler/prioritize", json=names_args(["stale-hot", "never-seen", "cool"])).json()
+    assert hp[0] == {"host": "stale-hot", "score": NEUTRAL_SCORE}
+    assert hp[1] == {"host": "never-seen", "score": NEUTRAL_SCORE}
+    assert hp[2]["score"] != NEUTRAL_SCORE
+    body = client.post("/scheduler/filter", json=names_args(["stale-hot", "never-seen"])).json()
+    assert body["nodenames"] == ["stale-hot", "never-seen"] and body["failedNodes"] == {}
+
+
+def test_json_tag_spellings_parse_like_gos_case_insensitive_decoder(store):
+    client, _ = make_client(store)
+    lower = client.post("/scheduler/prioritize", json={"pod": POD, "nodenames": ["cool", "hot"]}).json()
+    upper = client.post("/scheduler/prioritize", json={"Pod": POD, "NodeNames": ["cool", "hot"]}).json()
+    assert lower == upper
+    full = client.post("/scheduler/filter", json={"pod": POD, "nodes": {"Items": [node_object("hot", "zone-b"), node_object("cool", "zone-a")]}}).json()
+    assert [n["metadata"]["name"] for n in full["nodes"]["items"]] == ["cool"]
+
+
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        (b"", "empty body"),
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "JSON object"),
+        (b'{"Pod": {}, "NodeNames": "node-a"}', "NodeNames"),
+        (b'{"Pod": {}, "NodeNames": ["a", 3]}', "NodeNames"),
+        (b'{"Pod": {}, "Nodes": {"items": [{"metadata": {}}]}}', "Nodes.items[0].metadata.name"),
+        (b'{"Pod": {}, "Nodes": []}', "NodeList"),
+        (b'{"Pod": "web", "NodeNames": ["a"]}', "Pod"),
+        (b'{"Pod": {}}', "neither NodeNames"),
+    ],
+)
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+def test_a_malformed_body_is_a_400_with_a_json_error_naming_the_problem(store, verb, body, needle):
+    client, _ = make_client(store)
+    r = client.post(f"/scheduler/{verb}", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    assert r.headers["content-type"] == "application/json"
+    assert needle in r.json()["error"]
+
+
+def test_a_body_over_the_size_limit_is_refused_with_413(store):
+    client, _ = make_client(store, SchedulerSettings(max_body_bytes=1000))
+    r = client.post("/scheduler/prioritize", json=names_args([f"node-{i:04d}" for i in range(200)]))
+    assert r.status_code == 413 and "max_body_bytes" in r.json()["error"]
+
+
+class FlakyStore:
+    """Answers once, then is down (what a Redis restart looks like to the snapshot)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.down = False
+
+    def list_series(self):
+        if self.down:
+            raise StoreUnavailable("redis is restarting")
+        return self.inner.list_series()
+
+    def latest_many(self, ids):
+        if self.down:
+            raise StoreUnavailable("redis is restarting")
+        return self.inner.latest_many(ids)
+
+
+def test_a_store_outage_keeps_the_extender_answering_from_the_last_snapshot(store):
+    flaky = FlakyStore(store)
+    client, ext = make_client(flaky, SchedulerSettings(refresh_seconds=0.001))
+    before = client.post("/scheduler/prioritize", json=names_args(["cool", "hot"])).json()
+    flaky.down = True
+    ext.cache.refresh()  # the rebuild fails; the previous snapshot stays
+    after = client.post("/scheduler/prioritize", json=names_args(["cool", "hot"])).json()
+    assert after == before and ext.cache.failures >= 1
+    assert "redis is restarting" in client.get("/api/v1/placement").json()["store_error"]
+
+
+def test_a_store_down_from_the_start_gives_neutral_scores_and_filters_nothing(store):
+    flaky = FlakyStore(store)
+    flaky.down = True
+    client, _ = make_client(flaky)
+    hp = client.post("/scheduler/prioritize", json=names_args(["cool", "hot"])).json()
+    assert hp == [{"host": "cool", "score": NEUTRAL_SCORE}, {"host": "hot", "score": NEUTRAL_SCORE}]
+    assert client.post("/scheduler/filter", json=names_args(["cool", "hot"])).json()["nodenames"] == ["cool", "hot"]
+
+
+def test_the_snapshot_is_rebuilt_in_the_background_after_refresh_seconds(store):
+    clock = [time.time()]
+    cache = SnapshotCache(store, SchedulerSettings(refresh_seconds=5), clock=lambda: clock[0])
+    first = cache.get()
+    assert first.loads["cool"].score > NEUTRAL_SCORE
+    publish_node(store, "cool", 0.95, now=clock[0])
+    assert cache.get() is first  # within refresh_seconds: no store read at all
+    clock[0] += 6
+    served = cache.get()  # expired: answered from the old snapshot while a rebuild runs
+    assert served is first
+    deadline = time.time() + 10
+    while cache.get() is first and time.time() < deadline:
+        time.sleep(0.01)
+    assert cache.get().loads["cool"].hot
+    assert cache.rebuilds == 2
+
+
+def test_placement_api_lists_node_and_zone_scores_with_reasons_and_affinity(store):
+    store.publish(make_forecast("shop/web", origin=time.time(), step_seconds=60, mean=[1.0], model="ar"))
+    client, _ = make_client(store)
+    r = client.get("/api/v1/placement", params={"namespace": "shop"})
+    assert r.status_code == 200
+    doc = r.json()
+    nodes = {n["node"]: n for n in doc["nodes"]}
+    assert doc["nodes"][0]["node"] == "cool"  # best score first
+    assert [n["score"] for n in doc["nodes"]] == sorted((n["score"] for n in doc["nodes"]), reverse=True)
+    assert nodes["hot"]["filtered"] is True and "above threshold" in nodes["hot"]["reason"]
+    assert "p90 max over the next 300 s" in nodes["cool"]["reason"]
+    assert {z["zone"] for z in doc["zones"]} == {"zone-a", "zone-b"}
+    assert doc["hot_nodes"] == ["hot"] and doc["workloads"] == ["shop/web"]
+    terms = doc["preferred_node_affinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    preferred = [t["preference"]["matchFields"][0]["values"][0] for t in terms if t["preference"].get("matchFields", [{}])[0].get("operator") == "In"]
+    assert "hot" not in preferred and preferred[0] == "cool"
+    bad = client.get("/api/v1/placement", params={"namespace": "Shop_1"})
+    assert bad.status_code == 400 and "namespace" in bad.json()["error"]
+
+
+def test_extender_reads_node_forecasts_published_to_a_real_redis(redis_url):
+    redis_store = RedisForecastStore(redis_url)
+    try:
+        publish_node(redis_store, "r-cool", 0.1)
+        publish_node(redis_store, "r-hot", 0.97)
+        client, _ = make_client(redis_store)
+        body = client.post("/scheduler/filter", json=names_args(["r-hot", "r-cool"])).json()
+        assert body["nodenames"] == ["r-cool"] and list(body["failedNodes"]) == ["r-hot"]
+        hp = client.post("/scheduler/prioritize", json=names_args(["r-hot", "r-cool"])).json()
+        assert hp[1]["score"] > hp[0]["score"]
+    finally:
+        redis_store.close()
+
+
+def test_bad_scheduler_settings_list_every_problem_with_its_path():
+    with pytest.raises(ConfigError) as e:
+        SchedulerSettings(threshold=1.5, zone_weight=-1, refresh_seconds=0)
+    text = str(e.value)
+    assert "scheduler.threshold" in text and "scheduler.zone_weight" in text and "scheduler.refresh_seconds" in text
+
+
+def test_extender_routes_are_documented_in_the_openapi_schema(store):
+    client, _ = make_client(store)
+    paths = client.get("/openapi.json").json()["paths"]
+    for p in ("/scheduler/filter", "/scheduler/prioritize"):
+        assert set(paths[p]["post"]["responses"]) >= {"200", "400"}
+    assert "/api/v1/placement" in paths
