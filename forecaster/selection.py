@@ -76,20 +76,26 @@ class Selection:
 
 def conformal_offsets(residuals: np.ndarray, quantiles: Sequence[float], smooth: int = 1) -> dict[str, np.ndarray]:
     """Split-conformal offsets per horizon: the finite-sample-corrected q-quantile of the
-    residuals (actual - mean) at horizons h-smooth..h+smooth (pooled for stability)."""
+    residuals (actual - mean) pooled over horizons h-smooth..h+smooth (for stability)."""
     r = np.asarray(residuals, dtype="float64")
     n_o, h = r.shape
+    padded = np.pad(r, ((0, 0), (smooth, smooth)), mode="edge")
+    pool = np.vstack([padded[:, i : i + h] for i in range(2 * smooth + 1)])
+    n = int(np.isfinite(pool[:, 0]).sum()) or 1
     out: dict[str, np.ndarray] = {}
     for q in quantiles:
-        offs = np.zeros(h)
-        for k in range(h):
-            pool = r[:, max(0, k - smooth) : k + smooth + 1].ravel()
-            pool = pool[np.isfinite(pool)]
-            if not len(pool):
-                continue
-            n = len(pool)
-            level = min(1.0, math.ceil((n + 1) * q) / n) if q > 0.5 else max(0.0, math.floor((n + 1) * q) / n)
-            offs[k] = float(np.quantile(pool, level))
+        if q > 0.5:
+            level = min(1.0, math.ceil((n + 1) * q) / n)
+        else:
+            level = max(0.0, math.floor((n + 1) * q) / n)
+        with np.errstate(all="ignore"):
+            if not n_o:
+                offs = np.zeros(h)
+            elif np.isfinite(pool).all():
+                offs = np.quantile(pool, level, axis=0)
+            else:
+                offs = np.nanquantile(pool, level, axis=0)
+        offs = np.where(np.isfinite(offs), offs, 0.0)
         out[quantile_key(q)] = np.maximum.accumulate(offs) if q > 0.5 else offs
     return out
 

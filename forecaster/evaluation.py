@@ -1,0 +1,258 @@
+"""Walk-forward backtest and forecast metrics, following ../shared/data/README.md:
+
+- evaluation window = the last ``eval_days`` (7) of each series; forecast origins every
+  ``origin_every_hours`` (12) in it; at each origin every model sees at most the previous
+  ``train_days`` (14) of data and nothing after the origin (its scaler, its validation split
+  and its calibration included);
+- h = 1..H steps; metrics per series, model and horizon: MAE, MASE (scale: in-sample MAE of
+  the one-step naive forecast on that origin's training part), pinball loss and empirical
+  coverage of each quantile;
+- ``auto`` = the per-series selection (``forecaster.selection``) run at every origin on that
+  origin's training data only, so it is judged on forecasts it made before seeing the truth.
+
+Every model at an origin is fitted once; its forecasts feed both its own row and ``auto``.
+Global models (LSTM) are trained once per run on each series' data before its first origin.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from forecaster.models import Model, ModelError, clean_history, get_model
+from forecaster.models.base import season_length
+from forecaster.selection import (
+    DEFAULT_CANDIDATES,
+    SelectionSettings,
+    build_model,
+    choose,
+    conformal_offsets,
+    evaluate_candidates,
+)
+from forecaster.store import quantile_key
+
+RESULT_COLUMNS = ["series_id", "model", "h", "mae", "mase", "pinball_p90", "coverage_p90"]
+
+
+@dataclass(frozen=True)
+class BacktestSettings:
+    eval_days: float = 7.0
+    origin_every_hours: float = 12.0
+    train_days: float = 14.0
+    horizon: int = 12
+    quantiles: tuple[float, ...] = (0.5, 0.9)
+    selection: SelectionSettings = field(default_factory=SelectionSettings)
+
+
+def pinball(y: np.ndarray, q_pred: np.ndarray, q: float) -> np.ndarray:
+    d = y - q_pred
+    return np.maximum(q * d, (q - 1) * d)
+
+
+def naive_scale(train: np.ndarray) -> float:
+    """In-sample MAE of the one-step naive forecast (NaN-aware); tiny but > 0 when flat."""
+    d = np.abs(np.diff(np.asarray(train, dtype="float64")))
+    d = d[np.isfinite(d)]
+    s = float(np.mean(d)) if len(d) else 0.0
+    if not s > 0:
+        fin = np.asarray(train)[np.isfinite(train)]
+        s = max(float(np.mean(np.abs(fin))) * 1e-3 if len(fin) else 0.0, 1e-9)
+    return s
+
+
+def origin_indices(n: int, season: int, settings: BacktestSettings) -> np.ndarray:
+    """Origins (index of the last point a model may see) every 12 h in the last 7 days."""
+    step_pts = season / 24.0 * settings.origin_every_hours
+    start = n - int(round(settings.eval_days * season)) - 1
+    out = []
+    k = 0
+    while True:
+        o = start + int(round(k * step_pts))
+        if o + settings.horizon > n - 1:
+            break
+        if o >= 1:
+            out.append(o)
+        k += 1
+    return np.asarray(out, dtype=int)
+
+
+@dataclass
+class OriginForecasts:
+    origin: int
+    actual: np.ndarray  # (h,) with NaN where missing
+    scale: float
+    forecasts: dict[str, tuple[np.ndarray, dict[str, np.ndarray]]]  # model -> (mean, quantiles)
+    chosen: str = ""  # what auto picked
+
+
+def _fit_predict_all(
+    y: np.ndarray,
+    ts: np.ndarray | None,
+    protos: Mapping[str, str | Model],
+    settings: BacktestSettings,
+    auto_candidates: Sequence[str] | None,
+) -> tuple[dict[str, tuple[np.ndarray, dict]], str, dict[str, float]]:
+    """Fit every model on one origin's training data; forecast; run ``auto`` from the same fits."""
+    H, qs = settings.horizon, settings.quantiles
+    out: dict[str, tuple[np.ndarray, dict]] = {}
+    finite = np.isfinite(y)
+    first = int(np.argmax(finite))
+    yc = clean_history(y)
+    tsc = None if ts is None else ts[first:]
+    season = season_length(tsc)
+    need = int(settings.selection.min_history_days * season)
+    fallback = get_model("persistence", season=season).fit(yc, tsc)
+    short = int(finite.sum()) < need or float(np.ptp(yc)) == 0.0
+    results = []
+    actual = scale = None
+    if not short:
+        try:
+            results, actual, scale, _ = evaluate_candidates(yc, tsc, list(protos.values()), H, settings.selection)
+        except ModelError:
+            short = True
+    by_name = {r.name: r for r in results}
+    for name in protos:
+        r = by_name.get(name)
+        if r is None or r.model is None:
+            p = fallback.predict(H, qs)
+        else:
+            m = r.model
+            m.calibrate(conformal_offsets(actual - r.means, qs))
+            m.update(yc, tsc)
+            p = m.predict(H, qs)
+        out[name] = (p.mean, dict(p.quantiles))
+    chosen, scores = "persistence", {}
+    if auto_candidates is not None:
+        sub = [by_name[c] for c in auto_candidates if c in by_name and by_name[c].model is not None]
+        if short or not sub:
+            p = fallback.predict(H, qs)
+        else:
+            pool, best = choose(sub, actual, scale, settings.selection)
+            scores = {r.name: r.score for r in pool}
+            m = build_model(best, sub)
+            if best.model is None:  # a combination: members already calibrated+updated above
+                m.calibrate(conformal_offsets(actual - best.means, qs))
+                m.update(yc, tsc)
+            p = m.predict(H, qs)
+            chosen = best.name
+        out["auto"] = (p.mean, dict(p.quantiles))
+    return out, chosen, scores
+
+
+def backtest_series(
+    series_id: str,
+    timestamps: np.ndarray,
+    values: np.ndarray,
+    models: Sequence[str | Model],
+    settings: BacktestSettings = BacktestSettings(),
+    auto: bool = True,
+    auto_candidates: Sequence[str] = DEFAULT_CANDIDATES,
+    timings: dict[str, float] | None = None,
+) -> list[OriginForecasts]:
+    """Walk forward over one series. ``models`` are names or prototypes (fitted global models
+    are passed as prototypes). Returns the forecasts at every origin."""
+    ts = np.asarray(timestamps, dtype="float64")
+    y = np.asarray(values, dtype="float64").copy()
+    y[~np.isfinite(y)] = np.nan
+    season = season_length(ts)
+    protos: dict[str, str | Model] = {}
+    for m in models:
+        protos[m if isinstance(m, str) else m.name] = m
+    cands = None
+    if auto:
+        cands = [c for c in auto_candidates if c in protos]
+        for c in auto_candidates:
+            if c not in protos and c not in ("lstm",):
+                protos[c] = c
+                cands.append(c)
+    train_pts = int(round(settings.train_days * season))
+    out = []
+    for o in origin_indices(len(y), season, settings):
+        lo = max(0, o + 1 - train_pts)
+        tr_y, tr_ts = y[lo : o + 1], ts[lo : o + 1]
+        actual = y[o + 1 : o + 1 + settings.horizon]
+        if not np.isfinite(tr_y).any():
+            continue
+        t0 = time.perf_counter()
+        fc, chosen, _ = _fit_predict_all(tr_y, tr_ts, protos, settings, cands)
+        if timings is not None:
+            timings["fit_predict_seconds"] = timings.get("fit_predict_seconds", 0.0) + time.perf_counter() - t0
+        wanted = set(m if isinstance(m, str) else m.name for m in models) | ({"auto"} if auto else set())
+        fc = {k: v for k, v in fc.items() if k in wanted}
+        out.append(OriginForecasts(o, actual, naive_scale(tr_y), fc, chosen))
+    return out
+
+
+def metrics_rows(series_id: str, origins: Sequence[OriginForecasts], quantiles: Sequence[float] = (0.5, 0.9)) -> list[dict[str, Any]]:
+    """Per model and horizon: MAE, MASE, pinball and coverage for each quantile (NaN-aware)."""
+    if not origins:
+        return []
+    H = len(origins[0].actual)
+    models = list(origins[0].forecasts)
+    rows = []
+    for m in models:
+        A = np.vstack([np.pad(o.actual, (0, H - len(o.actual)), constant_values=np.nan) for o in origins])
+        M = np.vstack([o.forecasts[m][0] for o in origins])
+        S = np.array([o.scale for o in origins])[:, None]
+        err = np.abs(A - M)
+        ok = np.isfinite(A)
+        for h in range(H):
+            sel = ok[:, h]
+            if not sel.any():
+                continue
+            row = {
+                "series_id": series_id,
+                "model": m,
+                "h": h + 1,
+                "mae": float(np.mean(err[sel, h])),
+                "mase": float(np.mean(err[sel, h] / S[sel, 0])),
+            }
+            for q in quantiles:
+                k = quantile_key(q)
+                Q = np.vstack([o.forecasts[m][1][k] for o in origins])
+                row[f"pinball_{k}"] = float(np.mean(pinball(A[sel, h], Q[sel, h], q)))
+                row[f"coverage_{k}"] = float(np.mean(A[sel, h] <= Q[sel, h]))
+            rows.append(row)
+    return rows
+
+
+def summarize(rows_frame, horizons: Sequence[int] = (1, 6, 12)):
+    """Median across series per model: MASE at chosen horizons, mean MASE over 1..H, skill
+    vs persistence (1 - MAE/MAE_persistence) overall and per horizon, p90 coverage."""
+    import pandas as pd
+
+    df = rows_frame
+    per_series = df.groupby(["model", "series_id"]).agg(mean_mase=("mase", "mean"), mean_mae=("mae", "mean"))
+    out = {}
+    pers = None
+    if "persistence" in df["model"].unique():
+        pers = df[df.model == "persistence"].set_index(["series_id", "h"])["mae"]
+        pers_mean = per_series.loc["persistence", "mean_mae"]
+    for m, g in df.groupby("model"):
+        ps = per_series.loc[m]
+        d: dict[str, Any] = {
+            "series": int(len(ps)),
+            "mean_mase_median": float(ps["mean_mase"].median()),
+            "mean_mase_mean": float(ps["mean_mase"].mean()),
+        }
+        for h in horizons:
+            gh = g[g.h == h]
+            d[f"mase_h{h}_median"] = float(gh["mase"].median()) if len(gh) else math.nan
+        if "coverage_p90" in g:
+            d["coverage_p90_median"] = float(g.groupby("series_id")["coverage_p90"].mean().median())
+            d["pinball_p90_median"] = float(g.groupby("series_id")["pinball_p90"].mean().median())
+        if pers is not None:
+            skill = 1 - ps["mean_mae"] / pers_mean.reindex(ps.index)
+            skill = skill.replace([np.inf, -np.inf], np.nan)
+            d["skill_median"] = float(skill.median())
+            d["wins_vs_persistence"] = float((skill > 0).mean())
+            gi = g.set_index(["series_id", "h"])["mae"]
+            for h in horizons:
+                sk = 1 - gi.xs(h, level="h") / pers.xs(h, level="h").reindex(gi.xs(h, level="h").index)
+                d[f"skill_h{h}_median"] = float(sk.replace([np.inf, -np.inf], np.nan).median())
+        out[m] = d
+    return pd.DataFrame(out).T
