@@ -101,6 +101,7 @@ class ReplayConfig:
     warm_pool_size: int = 3
     warm_claim_seconds: float = 2.0
     seed: int = 0
+    cores_per_unit: float | None = None  # fixes k instead of deriving it from the p99
 
     def hpa_spec(self) -> HPASpec:
         return HPASpec(min_replicas=self.min_replicas, max_replicas=self.max_replicas)
@@ -154,6 +155,8 @@ def make_world(series_id: str, ts: Sequence[int], values: Sequence[float], cfg: 
     if not (p99 > 0):
         p99 = float(np.nanmax(vals)) if np.nanmax(vals) > 0 else 1.0
     k = cfg.pods_at_p99 * cfg.anchor_target * cfg.cpu_request_cores / p99
+    if cfg.cores_per_unit is not None:
+        k = float(cfg.cores_per_unit)
     cores = vals * k
     gt, gv = grid[ok].astype("float64"), cores[ok]
     t = np.arange(t0, t_end, cfg.step_seconds, dtype="int64")

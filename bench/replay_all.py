@@ -1,0 +1,275 @@
+"""Replay every CPU series with >= 21 days through the HPA v2 simulator (replay/), side by side:
+reactive at targets 0.4-0.7 (its cost-vs-risk frontier), our predictive variants, the warm-pool
+variant and the oracle. Prints and saves totals, medians, per-series ratios, the per-series
+equal-cost comparison and plots to bench/results/replay_*.
+
+    .venv/bin/python bench/replay_all.py [--every N] [--workers 2] [--variants main|sweep]
+
+Data: $FORESIGHT_DATA_DIR/cpu (default <repo>/../shared/data/cpu).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+REACTIVE_TARGETS = (0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7)
+
+
+def data_dir() -> Path:
+    try:
+        from bench.common import data_dir as dd  # shared helper when present
+
+        return Path(dd())
+    except Exception:
+        return Path(os.environ.get("FORESIGHT_DATA_DIR", ROOT.parent / "shared" / "data"))
+
+
+# name -> (mode, overrides of ReplayConfig). "ours" is the headline predictive variant.
+MAIN_VARIANTS = {
+    "ours": ("predictive", {"model": "ar", "quantile": "p90", "target": 0.75}),
+    "ours+warm": ("predictive+warm", {"model": "ar", "quantile": "p90", "target": 0.75}),
+}
+SWEEP_VARIANTS = {
+    "ar p90 t0.70": ("predictive", {"model": "ar", "quantile": "p90", "target": 0.70}),
+    "ar p90 t0.80": ("predictive", {"model": "ar", "quantile": "p90", "target": 0.80}),
+    "ar p75 t0.70": ("predictive", {"model": "ar", "quantile": "p75", "target": 0.70}),
+    "ar p95 t0.80": ("predictive", {"model": "ar", "quantile": "p95", "target": 0.80}),
+    "ar p50 t0.60": ("predictive", {"model": "ar", "quantile": "p50", "target": 0.60}),
+}
+
+
+def load_series(min_days: float = 21.0):
+    from forecaster.frames import series_arrays
+    from forecaster.sources.csv import read_long_csv
+
+    out = []
+    for f in sorted((data_dir() / "cpu").glob("*.csv.gz")):
+        for sid, ts, v in series_arrays(read_long_csv(f)):
+            if ts[-1] - ts[0] >= min_days * 86400:
+                out.append((sid, ts.astype("int64"), v))
+    return out
+
+
+def _replay_one(args):
+    sid, ts, v, variants, startup_kind = args
+    import torch  # noqa: F401  (pin threads if a model uses it)
+
+    torch.set_num_threads(1)
+    from dataclasses import replace
+
+    from replay.simulate import ReplayConfig, StartupModel, make_world, run_mode, walk_forward_forecasts
+
+    base = ReplayConfig(startup=StartupModel(startup_kind, 60.0))
+    world = make_world(sid, ts, v, base)
+    rows = []
+    for tg in REACTIVE_TARGETS:
+        r = run_mode(world, "reactive", replace(base, target=tg))
+        rows.append({**r.row(), "variant": f"reactive t{tg:.2f}", "target": tg})
+    r = run_mode(world, "oracle", base)
+    rows.append({**r.row(), "variant": "oracle", "target": 0.7})
+    fcs = {}
+    for name, (mode, over) in variants.items():
+        cfg = replace(base, **over)
+        key = (cfg.model, tuple(sorted(dict(cfg.model_params).items())))
+        if key not in fcs:
+            fcs[key] = walk_forward_forecasts(world, cfg)
+        fc = fcs[key]
+        r = run_mode(world, mode, cfg, fc)
+        err = fc.error(world)
+        rows.append({**r.row(), "variant": name, "target": cfg.target, **err})
+    return rows
+
+
+def equal_cost(front: pd.DataFrame, cost: float) -> tuple[float, str]:
+    """Reactive SLO-minutes at ``cost`` on this series' own reactive frontier (linear
+    interpolation between targets); outside the frontier: the nearest end and a flag."""
+    f = front.sort_values("replica_minutes")
+    x, y = f["replica_minutes"].to_numpy(), f["slo_violation_minutes"].to_numpy()
+    if cost < x[0]:
+        return float(y[0]), "below"  # we are cheaper than reactive 0.7: compare with 0.7
+    if cost > x[-1]:
+        return float(y[-1]), "above"  # we cost more than reactive 0.4
+    return float(np.interp(cost, x, y)), "inside"
+
+
+def analyse(df: pd.DataFrame, headline: str) -> dict:
+    df = df.copy()
+    tot = df.groupby("variant")[["slo_violation_minutes", "underprovisioned_core_minutes", "replica_minutes", "scale_events"]].sum()
+    med = df.groupby("variant")[["slo_violation_minutes", "underprovisioned_core_minutes", "replica_minutes", "scale_events"]].median()
+    ref = tot.loc["reactive t0.70"]
+    orc = tot.loc["oracle"]
+    tot["slo_x"] = tot["slo_violation_minutes"] / ref["slo_violation_minutes"]
+    tot["cost_x"] = tot["replica_minutes"] / ref["replica_minutes"]
+    gap = ref["slo_violation_minutes"] - orc["slo_violation_minutes"]
+    tot["gap_closed"] = (ref["slo_violation_minutes"] - tot["slo_violation_minutes"]) / gap if gap > 0 else np.nan
+    per = {}
+    series = sorted(df["series_id"].unique())
+    for v in [x for x in tot.index if not x.startswith("reactive") and x != "oracle"]:
+        wins = ties = losses = 0
+        above = 0
+        ratios, eq_rows = [], []
+        for sid in series:
+            s = df[df.series_id == sid]
+            front = s[s.variant.str.startswith("reactive")]
+            o = s[s.variant == v].iloc[0]
+            r70 = s[s.variant == "reactive t0.70"].iloc[0]
+            eq, where = equal_cost(front, o["replica_minutes"])
+            above += where == "above"
+            ours = o["slo_violation_minutes"]
+            if ours < eq - 1e-9:
+                wins += 1
+            elif abs(ours - eq) <= 1e-9:
+                ties += 1
+            else:
+                losses += 1
+            ratios.append((ours + 1) / (r70["slo_violation_minutes"] + 1))
+            eq_rows.append({"series_id": sid, "ours_slo": ours, "ours_cost": o["replica_minutes"], "reactive_equal_cost_slo": eq, "where": where,
+                            "cost_x_r70": o["replica_minutes"] / r70["replica_minutes"], "slo_r70": r70["slo_violation_minutes"]})
+        n = len(series)
+        per[v] = {
+            "wins": wins, "ties": ties, "losses": losses, "n": n, "win_fraction": wins / n,
+            "win_fraction_of_decided": wins / max(1, wins + losses), "beyond_reactive_0.4_cost": above,
+            "median_slo_ratio_vs_r70_plus1": float(np.median(ratios)),
+            "median_cost_ratio_vs_r70": float(np.median([r["cost_x_r70"] for r in eq_rows])),
+            "equal_cost_total_ratio": float(sum(r["ours_slo"] for r in eq_rows) / max(1e-9, sum(r["reactive_equal_cost_slo"] for r in eq_rows))),
+            "rows": eq_rows,
+        }
+    return {"totals": tot, "medians": med, "per_series": per}
+
+
+def plot_frontier(tot: pd.DataFrame, path: Path, headline: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    re = tot[tot.index.str.startswith("reactive")].sort_values("cost_x")
+    ax.plot(re["cost_x"], re["slo_x"], "o-", color="tab:red", label="reactive HPA, targets 0.4-0.7")
+    for name, row in re.iterrows():
+        ax.annotate(name.split()[-1], (row["cost_x"], row["slo_x"]), textcoords="offset points", xytext=(4, 4), fontsize=8, color="tab:red")
+    ours = tot[~tot.index.str.startswith("reactive") & (tot.index != "oracle")]
+    pred = ours[~ours.index.str.contains("warm")].sort_values("cost_x")
+    ax.plot(pred["cost_x"], pred["slo_x"], "s", color="tab:blue", label="foresight predictive (variants)")
+    for name, row in ours.iterrows():
+        ax.annotate(name, (row["cost_x"], row["slo_x"]), textcoords="offset points", xytext=(4, -10), fontsize=8, color="tab:blue")
+    warm = ours[ours.index.str.contains("warm")]
+    if len(warm):
+        ax.plot(warm["cost_x"], warm["slo_x"], "^", color="tab:green", label="predictive + warm pool")
+    o = tot.loc["oracle"]
+    ax.plot([o["cost_x"]], [o["slo_x"]], "*", ms=14, color="black", label="oracle")
+    ax.plot([1.19, 1.12, 1.05], [0.22, 0.33, 0.53], "x--", color="gray", label="reference simple AR (t 0.7/0.75/0.8)")
+    ax.axvline(1.10, color="gray", lw=0.6, ls=":")
+    ax.axhline(0.20, color="gray", lw=0.6, ls=":")
+    ax.set_xlabel("replica-minutes / reactive 70% (cost)")
+    ax.set_ylabel("SLO-violation minutes / reactive 70% (risk)")
+    ax.set_title("Cost vs risk, totals over all replayed series")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_equal_cost(rows: list[dict], path: Path, name: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 6))
+    x = np.array([r["reactive_equal_cost_slo"] for r in rows]) + 1
+    y = np.array([r["ours_slo"] for r in rows]) + 1
+    col = ["tab:green" if a < b else ("tab:gray" if a == b else "tab:red") for a, b in zip(y, x)]
+    ax.scatter(x, y, c=col, s=18)
+    lim = [1, max(x.max(), y.max()) * 1.2]
+    ax.plot(lim, lim, "k--", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("reactive HPA retuned to the same cost: SLO-violation minutes + 1")
+    ax.set_ylabel(f"{name}: SLO-violation minutes + 1")
+    ax.set_title("Per series at equal cost (green: ours better, red: worse)")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--every", type=int, default=1, help="replay every N-th series (tuning)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--variants", default="main", choices=["main", "sweep", "all"])
+    ap.add_argument("--startup", default="constant", choices=["constant", "lognormal"], help="pod start-up model (constant 60 s = the reference)")
+    ap.add_argument("--tag", default="", help="suffix for the result files")
+    args = ap.parse_args(argv)
+    from tqdm import tqdm
+
+    variants = {"main": MAIN_VARIANTS, "sweep": {**MAIN_VARIANTS, **SWEEP_VARIANTS}, "all": {**MAIN_VARIANTS, **SWEEP_VARIANTS}}[args.variants]
+    series = load_series()[:: args.every]
+    print(f"replaying {len(series)} series with {len(variants)} predictive variants, {len(REACTIVE_TARGETS)} reactive targets, oracle")
+    t_start = time.time()
+    jobs = [(sid, ts, v, variants, args.startup) for sid, ts, v in series]
+    rows = []
+    if args.workers > 1:
+        import multiprocessing as mp
+
+        with mp.get_context("fork").Pool(args.workers) as pool:
+            for r in tqdm(pool.imap_unordered(_replay_one, jobs), total=len(jobs), desc="series"):
+                rows.extend(r)
+    else:
+        for j in tqdm(jobs, desc="series"):
+            rows.extend(_replay_one(j))
+    elapsed = time.time() - t_start
+    df = pd.DataFrame(rows)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    tag = f"_{args.tag}" if args.tag else ""
+    df.to_csv(RESULTS / f"replay_per_series{tag}.csv", index=False)
+    res = analyse(df, "ours")
+    tot, med, per = res["totals"], res["medians"], res["per_series"]
+    pd.set_option("display.width", 200)
+    print("\nTOTALS over", df.series_id.nunique(), "series")
+    print(tot.round(3).to_string())
+    print("\nMEDIANS per series")
+    print(med.round(2).to_string())
+    print("\nPER SERIES vs reactive retuned to equal cost (frontier 0.4-0.7)")
+    summary = {}
+    for v, p in per.items():
+        print(f"  {v:16s} wins {p['wins']:3d} ties {p['ties']:3d} losses {p['losses']:3d} of {p['n']}  "
+              f"(win {p['win_fraction']:.0%}, of decided {p['win_fraction_of_decided']:.0%}); beyond reactive-0.4 cost: {p['beyond_reactive_0.4_cost']}; "
+              f"median SLO ratio vs r70 {p['median_slo_ratio_vs_r70_plus1']:.2f}, median cost ratio {p['median_cost_ratio_vs_r70']:.2f}")
+        summary[v] = {k: x for k, x in p.items() if k != "rows"}
+        pd.DataFrame(p["rows"]).to_csv(RESULTS / f"replay_equal_cost_{v.replace(' ', '_').replace('+', 'plus')}{tag}.csv", index=False)
+    plot_frontier(tot, RESULTS / f"replay_frontier{tag}.png", "ours")
+    if "ours" in per:
+        plot_equal_cost(per["ours"]["rows"], RESULTS / f"replay_equal_cost{tag}.png", "ours")
+    errs = df[df.variant == "ours"][["mae_h1", "mae_persistence_h1", "skill_h1"]] if "ours" in set(df.variant) else pd.DataFrame()
+    out = {
+        "series": int(df.series_id.nunique()),
+        "elapsed_seconds": round(elapsed, 1),
+        "startup": args.startup,
+        "variants": {k: [m, o] for k, (m, o) in variants.items()},
+        "totals": json.loads(tot.to_json(orient="index")),
+        "medians": json.loads(med.to_json(orient="index")),
+        "per_series_equal_cost": summary,
+        "forecast_error_ours_median": json.loads(errs.median().to_json()) if len(errs) else {},
+    }
+    (RESULTS / f"replay_all{tag}.json").write_text(json.dumps(out, indent=2))
+    print(f"\nsaved bench/results/replay_all{tag}.json, replay_per_series{tag}.csv, replay_frontier{tag}.png ({elapsed:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
