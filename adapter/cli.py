@@ -39,7 +39,8 @@ def register(subparsers) -> None:
     p.add_argument("--requestheader-ca", help="CA of the aggregator's front-proxy client certificate "
                    "(kube-system/extension-apiserver-authentication: requestheader-client-ca-file)")
     p.add_argument("--allowed-names", default="", help="comma-separated allowed CNs of that certificate "
-                   "(requestheader-allowed-names; empty: any name the CA signed)")
+                   "(requestheader-allowed-names; empty: any name the CA signed); @FILE reads them from a "
+                   "file holding a JSON list or comma-separated names")
     p.add_argument("--token-file", help="file holding a bearer token that is also accepted")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
     p.add_argument("--lead-seconds", type=float, default=75.0, help="lead window: pod start-up + one HPA sync (75)")
@@ -60,6 +61,22 @@ def _read_file(path: str | None, what: str) -> str | None:
         return Path(path).read_text().strip()
     except OSError as exc:
         raise UserError(f"{what} {path}: cannot read it ({exc.strerror}); pass an existing readable file") from exc
+
+
+def parse_allowed_names(value: str) -> list[str]:
+    """``a,b`` or ``@file`` (JSON list as in extension-apiserver-authentication, or a,b)."""
+    if value.startswith("@"):
+        text = _read_file(value[1:], "--allowed-names") or ""
+        if text.startswith("["):
+            try:
+                names = json.loads(text)
+            except ValueError as exc:
+                raise UserError(f"--allowed-names {value}: not a JSON list ({exc})") from exc
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise UserError(f"--allowed-names {value}: must be a JSON list of strings")
+            return [n.strip() for n in names if n.strip()]
+        value = text
+    return [n.strip() for n in value.split(",") if n.strip()]
 
 
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -89,7 +106,7 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "cache_ttl_seconds": args.cache_ttl,
         "cache_max_stale_seconds": args.cache_max_stale,
         "requestheader_ca_file": args.requestheader_ca,
-        "allowed_names": [n.strip() for n in args.allowed_names.split(",") if n.strip()],
+        "allowed_names": parse_allowed_names(args.allowed_names),
         "token": token,
     }
 

@@ -1,0 +1,143 @@
+"""The adapter manifests and the example HPA validate against the kubernetes client's models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from adapter.cli import parse_allowed_names
+
+ROOT = Path(__file__).resolve().parents[2]
+FILES = sorted((ROOT / "manifests" / "adapter").glob("*.yaml")) + [ROOT / "manifests" / "hpa-example.yaml"]
+TYPES = {
+    ("v1", "Namespace"): "V1Namespace",
+    ("v1", "ServiceAccount"): "V1ServiceAccount",
+    ("v1", "Service"): "V1Service",
+    ("v1", "ConfigMap"): "V1ConfigMap",
+    ("apps/v1", "Deployment"): "V1Deployment",
+    ("policy/v1", "PodDisruptionBudget"): "V1PodDisruptionBudget",
+    ("apiregistration.k8s.io/v1", "APIService"): "V1APIService",
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): "V1ClusterRole",
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): "V1ClusterRoleBinding",
+    ("rbac.authorization.k8s.io/v1", "Role"): "V1Role",
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "V1RoleBinding",
+    ("autoscaling/v2", "HorizontalPodAutoscaler"): "V2HorizontalPodAutoscaler",
+}
+
+
+def documents():
+    out = []
+    for f in FILES:
+        for i, doc in enumerate(yaml.safe_load_all(f.read_text())):
+            if doc is not None:
+                out.append((f"{f.relative_to(ROOT)}#{i}", doc))
+    return out
+
+
+DOCS = documents()
+BY_KIND = {}
+for _id, _doc in DOCS:
+    BY_KIND.setdefault(_doc["kind"], []).append(_doc)
+
+
+def _normalise(x):
+    """Quantities and int-or-string values come back as strings; compare loosely there."""
+    if isinstance(x, dict):
+        return {k: _normalise(v) for k, v in x.items() if v is not None}
+    if isinstance(x, list):
+        return [_normalise(v) for v in x]
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return str(x)
+    return x
+
+
+@pytest.mark.parametrize("where, doc", DOCS, ids=[d[0] for d in DOCS])
+def test_every_document_deserialises_into_its_model_without_losing_a_field(where, doc):
+    api = k8s.ApiClient()
+    kind = TYPES.get((doc.get("apiVersion"), doc.get("kind")))
+    assert kind, f"{where}: unexpected {doc.get('apiVersion')}/{doc.get('kind')}"
+    obj = api.deserialize(json.dumps(doc), kind, "application/json")
+    assert obj.metadata.name
+    back = api.sanitize_for_serialization(obj)
+    # an unknown or misspelled field is dropped by the model: the round trip shows it
+    assert _normalise(back) == _normalise(doc), where
+
+
+def test_the_adapter_deployment_has_two_replicas_probes_and_resources():
+    (dep,) = [d for d in BY_KIND["Deployment"] if d["metadata"]["name"] == "foresight-adapter"]
+    assert dep["spec"]["replicas"] == 2
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert c["args"][0] == "serve"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert c["resources"]["requests"]["cpu"] and c["resources"]["limits"]["memory"]
+    assert dep["spec"]["selector"]["matchLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    # every option the manifest passes is one `foresight serve` accepts
+    from foresight.cli import build_parser
+
+    opts = build_parser().parse_args(c["args"])
+    assert opts.workers == 2 and opts.port == 8443
+    assert opts.requestheader_ca and opts.allowed_names.startswith("@")
+
+
+def test_the_service_pdb_and_apiservice_point_at_the_adapter_pods():
+    (svc,) = [s for s in BY_KIND["Service"] if s["metadata"]["name"] == "foresight-adapter"]
+    (dep,) = [d for d in BY_KIND["Deployment"] if d["metadata"]["name"] == "foresight-adapter"]
+    (pdb,) = BY_KIND["PodDisruptionBudget"]
+    (apisvc,) = BY_KIND["APIService"]
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= pod_labels.items()
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert pdb["spec"]["minAvailable"] == 1
+    assert apisvc["metadata"]["name"] == "v1beta1.external.metrics.k8s.io"
+    assert apisvc["spec"]["group"] == "external.metrics.k8s.io" and apisvc["spec"]["version"] == "v1beta1"
+    assert apisvc["spec"]["service"] == {"name": "foresight-adapter", "namespace": "foresight", "port": 443}
+    assert svc["spec"]["ports"][0]["port"] == 443
+
+
+def test_rbac_grants_auth_delegation_the_auth_reader_and_hpa_access():
+    refs = {(b["roleRef"]["kind"], b["roleRef"]["name"]) for b in BY_KIND["ClusterRoleBinding"] + BY_KIND["RoleBinding"]}
+    assert ("ClusterRole", "system:auth-delegator") in refs
+    assert ("Role", "extension-apiserver-authentication-reader") in refs
+    (reader,) = [b for b in BY_KIND["RoleBinding"] if b["roleRef"]["name"] == "extension-apiserver-authentication-reader"]
+    assert reader["metadata"]["namespace"] == "kube-system"
+    hpa = [b for b in BY_KIND["ClusterRoleBinding"] if any(s["name"] == "horizontal-pod-autoscaler" for s in b["subjects"])]
+    assert hpa and hpa[0]["roleRef"]["name"] in {r["metadata"]["name"] for r in BY_KIND["ClusterRole"]}
+
+
+def test_the_example_hpa_uses_the_predicted_ratio_at_0_7_with_a_300_s_scale_down_window():
+    (hpa,) = BY_KIND["HorizontalPodAutoscaler"]
+    m = hpa["spec"]["metrics"][0]
+    assert m["type"] == "External"
+    assert m["external"]["metric"]["name"] == "predicted_cpu_load_ratio"
+    assert m["external"]["target"] == {"type": "Value", "value": "700m"}
+    assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
+    # the selector matches the labels the adapter serves for that Deployment
+    from adapter.selectors import parse_selector
+    from adapter.state import labels_of
+
+    sel = ",".join(f"{k}={v}" for k, v in m["external"]["metric"]["selector"]["matchLabels"].items())
+    target = hpa["spec"]["scaleTargetRef"]["name"]
+    assert parse_selector(sel).matches(labels_of(f"{hpa['metadata']['namespace']}/{target}", None))
+
+
+def test_allowed_names_are_read_from_the_configmap_json(tmp_path):
+    f = tmp_path / "names.json"
+    f.write_text('["front-proxy-client","aggregator"]')
+    assert parse_allowed_names(f"@{f}") == ["front-proxy-client", "aggregator"]
+    assert parse_allowed_names("a, b") == ["a", "b"]
+
+
+def test_the_check_catches_a_misspelled_field_and_a_missing_required_one():
+    api = k8s.ApiClient()
+    typo = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"}, "spec": {"selectr": {"a": "b"}}}
+    obj = api.deserialize(json.dumps(typo), "V1Service", "application/json")
+    assert _normalise(api.sanitize_for_serialization(obj)) != _normalise(typo)
+    with pytest.raises(Exception, match="selector"):
+        api.deserialize(json.dumps({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"},
+                                    "spec": {"template": {}}}), "V1Deployment", "application/json")
