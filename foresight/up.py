@@ -167,9 +167,14 @@ class Forecasting:
         if self.trainer is None:
             return
         now = time.time()
-        for w in tqdm(self.workloads, desc="fitting models", unit="workload", disable=not progress):
-            ts, y = self.visible(w, now)
-            self.trainer.fit(w.series_id, ts, y, now=now)
+        data = {w.series_id: self.visible(w, now) for w in self.workloads}
+        if hasattr(self.trainer, "fit_fleet") and any(m in ("lstm", "auto") for m in self.models):
+            print(f"  training global models and selecting per series ({len(data)} workloads) ...", flush=True)
+            self.trainer.fit_fleet(data, now=now)
+            return
+        for sid in tqdm(data, desc="fitting models", unit="workload", disable=not progress):
+            ts, y = data[sid]
+            self.trainer.fit(sid, ts, y, now=now)
 
     def refresh_all(self) -> list:
         import numpy as np
@@ -211,12 +216,21 @@ def _start_adapter(args, store, workloads):
     from adapter.app import create_app  # noqa: WPS433 (wired here, floor 4)
     from adapter.server import serve_in_thread
     from adapter.settings import AdapterSettings
-    from adapter.tls import ensure_self_signed
+    from adapter.tls import ensure_serving_cert
 
-    cert, key = ensure_self_signed(Path(args.cert_dir), hosts=[args.host, "localhost"])
+    cert, key = ensure_serving_cert(Path(args.cert_dir), hosts=[args.host, "localhost"])
     settings = AdapterSettings(dashboard_title="foresight up (bundled traces)")
     app = create_app(settings, store)
-    return serve_in_thread(app, args.host, args.port, certfile=str(cert), keyfile=str(key))
+    port = args.port or _free_port(args.host)
+    return serve_in_thread(app, args.host, port, certfile=str(cert), keyfile=str(key))
+
+
+def _free_port(host: str) -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 def _start_warmpool(args, store):
@@ -259,7 +273,7 @@ def run_up(args: argparse.Namespace) -> int:
         try:
             srv = _start_adapter(args, store, workloads)
             handles.append(srv)
-            base = f"https://{args.host}:{srv.port}"
+            base = srv.url
             w0 = workloads[0].name
             print(f"  adapter (external metrics API, HTTPS, self-signed cert in {args.cert_dir}):")
             print(f"    dashboard:  {base}/")

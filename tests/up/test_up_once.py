@@ -39,3 +39,43 @@ def test_clock_maps_trace_time_onto_wall_time_both_ways():
     assert c.trace_now(5001.0) == 1060.0
     assert c.to_wall(1060.0) == 5001.0
     assert reactive_ready_pods(1.0, 0.5) == 3 and reactive_ready_pods(float("nan"), 0.5) == 1
+
+
+def test_up_serves_the_external_metrics_api_over_https_right_away(tmp_path):
+    """The README's promise: after `foresight up`, `curl -k` the endpoint and get a value."""
+    import re
+    import time
+
+    import httpx
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "foresight", "up", "--port", "0", "--duration", "120", "--no-warmpool",
+         "--models", "persistence,moving_average", "--cert-dir", str(tmp_path / "certs")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        base, out = None, []
+        deadline = time.time() + 120
+        while time.time() < deadline and base is None:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            out.append(line)
+            m = re.search(r"dashboard:\s+(https://\S+?)/\s*$", line)
+            if m:
+                base = m.group(1)
+        assert base, "".join(out)
+        assert (tmp_path / "certs").exists()
+        r = httpx.get(f"{base}/apis/external.metrics.k8s.io/v1beta1/namespaces/demo/predicted_cpu_load_ratio",
+                      params={"labelSelector": "trace=azurev1-618849"}, verify=False, timeout=10)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["kind"] == "ExternalMetricValueList"
+        (item,) = body["items"]
+        assert item["metricLabels"]["workload"] == "vm-618849"
+        assert re.fullmatch(r"\d+[num]?", item["value"])
+        r2 = httpx.get(f"{base}/api/v1/forecasts", verify=False, timeout=10)
+        assert r2.status_code == 200 and r2.json()["count"] == 4
+    finally:
+        proc.terminate()
+        proc.wait(30)
