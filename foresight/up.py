@@ -148,7 +148,8 @@ class Forecasting:
         try:
             from forecaster.training import Trainer
 
-            self.trainer = Trainer(store, models=models, horizon=12, quantiles=(0.5, 0.9), step_seconds=TRACE_STEP_SECONDS / clock.speed)
+            self.trainer = Trainer(store, models=models, horizon=12, quantiles=(0.5, 0.9),
+                                   step_seconds=TRACE_STEP_SECONDS / clock.speed, observed_points=48)
         except ImportError:  # the models issue not landed: a persistence forecast keeps it honest
             log.warning("forecaster.training is not available: publishing persistence forecasts")
 
