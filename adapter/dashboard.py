@@ -15,6 +15,7 @@ from forecaster.store import Forecast
 OBSERVED_COLOR = "#1f77b4"
 BAND_COLOR = "#ff7f0e"
 MEAN_COLOR = "#d62728"
+BAND_OPACITY = 0.55
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.5rem;background:#fafafa;color:#222}
@@ -50,7 +51,8 @@ def _svg(fc: Forecast | None, width: int = 400, height: int = 150) -> str:
     def Y(v):
         return height - 18 - v / y1 * (height - 28)
 
-    parts = [f'<svg class="chart" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">']
+    parts = [f'<svg class="chart" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+             'style="width:100%;height:auto" role="img">']
     parts.append(f'<line x1="{pad}" y1="{height-18}" x2="{width-5}" y2="{height-18}" stroke="#999"/>')
     parts.append(f'<text x="2" y="14" font-size="10">{y1:.3g}</text><text x="2" y="{height-20}" font-size="10">0</text>')
     if ts:
@@ -60,7 +62,7 @@ def _svg(fc: Forecast | None, width: int = 400, height: int = 150) -> str:
         pts = " ".join(f"{X(t):.1f},{Y(v):.1f}" for t, v in up) + " " + " ".join(
             f"{X(t):.1f},{Y(v):.1f}" for t, v in reversed(down)
         )
-        parts.append(f'<polygon class="band" points="{pts}" fill="{BAND_COLOR}" fill-opacity="0.55" stroke="{BAND_COLOR}" stroke-width="2"/>')
+        parts.append(f'<polygon class="band" points="{pts}" fill="{BAND_COLOR}" fill-opacity="{BAND_OPACITY}" stroke="{BAND_COLOR}" stroke-width="2"/>')
         mean = band_start + list(zip(ts, fc.mean))
         parts.append(
             '<polyline class="mean" fill="none" stroke="%s" stroke-width="1.5" stroke-dasharray="4 2" points="%s"/>'
