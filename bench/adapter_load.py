@@ -1,0 +1,333 @@
+"""Load benchmark: `foresight serve` (real process, HTTPS, keep-alive, Redis store) against
+the prometheus-adapter way (an instant PromQL query of the demand expression against a real
+Prometheus per HPA request), at 1,000 / 10,000 / 100,000 workloads, side by side in one run.
+
+Load generator: Debian's wrk on loopback, -t2 -c8, keep-alive, each request for a random
+workload. Two measurements per target and size:
+- throughput: wrk flat out for --seconds;
+- latency at an offered ~1,000 req/s: wrk with a Lua delay() so each of 10 connections
+  sends one request every 10 ms (wrk2-style constant rate is not in Debian's wrk).
+
+    .venv/bin/python bench/adapter_load.py            # all sizes (about 6-8 minutes)
+    .venv/bin/python bench/adapter_load.py --sizes 1000 --seconds 5   # quick look
+
+Saves bench/results/adapter_load.json, .csv and .png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests import stack  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+NS = "bench"
+TOKEN = "bench-token"
+PODS_PER_WORKLOAD = 2
+EXT = "/apis/external.metrics.k8s.io/v1beta1"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# --- data ---------------------------------------------------------------------------------
+
+def publish_forecasts(store, start: int, stop: int, now: float) -> None:
+    from tqdm import tqdm
+
+    from forecaster.store import make_forecast
+
+    for i in tqdm(range(start, stop), desc=f"publishing forecasts {start}..{stop}", mininterval=2):
+        base = 0.5 + (i % 17) * 0.1
+        p90 = [base * (1.1 + 0.02 * k) for k in range(12)]
+        store.publish(
+            make_forecast(
+                f"{NS}/w{i}",
+                origin=now,
+                step_seconds=60,
+                mean=[v * 0.85 for v in p90],
+                quantiles={"p50": [v * 0.85 for v in p90], "p90": p90},
+                model="ets",
+                generated_at=now,
+                observed=tuple((now - 60 * k, base) for k in range(6, -1, -1)),
+                meta={"namespace": NS, "workload": f"w{i}", "kind": "Deployment", "labels": {"tier": "web"},
+                      "ready_pods": 2, "cpu_request_cores": 0.5},
+            )
+        )
+
+
+def write_cadvisor_history(path: Path, n: int, now: float) -> int:
+    """container_cpu_usage_seconds_total for n workloads x PODS_PER_WORKLOAD pods over the
+    last 6 minutes at 30 s (enough for rate(...[5m]) at now)."""
+    stamps = [now - 360 + 30 * k for k in range(13)]
+    series = 0
+    with open(path, "w") as f:
+        f.write("# TYPE container_cpu_usage_seconds_total gauge\n")
+        for i in range(n):
+            for p in range(PODS_PER_WORKLOAD):
+                rate = 0.2 + (i % 13) * 0.05
+                head = (f'container_cpu_usage_seconds_total{{container="app",namespace="{NS}",'
+                        f'pod="w{i}-7d9f{p:02d}-x{p}"}}')
+                f.write("".join(f"{head} {rate * (t - stamps[0]) + 100.0:.3f} {t:.3f}\n" for t in stamps))
+                series += 1
+        f.write("# EOF\n")
+    return series
+
+
+def start_prometheus_with(n: int, now: float, workdir: Path) -> stack.PrometheusServer:
+    d = workdir / f"prom-{n}"
+    data = d / "data"
+    data.mkdir(parents=True)
+    om = d / "history.om"
+    log(f"writing cAdvisor-style history for {n} workloads")
+    series = write_cadvisor_history(om, n, now)
+    log(f"promtool backfill of {series} series")
+    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
+                   check=True, capture_output=True)
+    om.unlink()
+    cfg = d / "prometheus.yml"
+    cfg.write_text("global:\n  scrape_interval: 15s\nscrape_configs: []\n")
+    port = stack.free_port()
+    proc = subprocess.Popen(
+        ["prometheus", f"--config.file={cfg}", f"--web.listen-address=127.0.0.1:{port}",
+         f"--storage.tsdb.path={data}", "--storage.tsdb.retention.time=3650d"],
+        stdout=open(d / "prometheus.log", "w"), stderr=subprocess.STDOUT,
+    )
+    srv = stack.PrometheusServer(port=port, dir=d, proc=proc)
+    import urllib.request
+
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"{srv.url}/-/ready", timeout=1) as r:
+                if r.status == 200:
+                    return srv
+        except OSError:
+            time.sleep(0.2)
+    srv.stop()
+    raise RuntimeError("prometheus did not become ready")
+
+
+# --- wrk ------------------------------------------------------------------------------------
+
+LUA = """
+local n = {n}
+local auth = {auth}
+local prefix = {prefix}
+local suffix = {suffix}
+local pause = {pause}
+local counter = 0
+function setup(thread) thread:set("seed", math.random(1, 1000000)) end
+function init(args) math.randomseed(seed) end
+function request()
+  local i = math.random(0, n - 1)
+  local headers = {{}}
+  if auth ~= "" then headers["Authorization"] = auth end
+  return wrk.format("GET", prefix .. i .. suffix, headers)
+end
+{delay}
+"""
+
+
+def lua_script(path: Path, n: int, prefix: str, suffix: str, auth: str, pause_ms: int | None) -> Path:
+    q = lambda s: json.dumps(s)  # noqa: E731 - JSON string literals are valid Lua here
+    delay = "function delay() return pause end" if pause_ms else ""
+    path.write_text(LUA.format(n=n, auth=q(auth), prefix=q(prefix), suffix=q(suffix), pause=pause_ms or 0, delay=delay))
+    return path
+
+
+_UNIT = {"us": 1e-3, "ms": 1.0, "s": 1000.0}
+
+
+def run_wrk(url: str, script: Path, seconds: float, connections: int, threads: int = 2) -> dict:
+    cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{int(seconds)}s", "--latency", "-s", str(script), url]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60).stdout
+    res: dict = {"raw": out}
+    m = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    res["rps"] = float(m.group(1)) if m else None
+    for pct in ("50", "75", "90", "99"):
+        m = re.search(rf"^\s+{pct}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
+        res[f"p{pct}_ms"] = float(m.group(1)) * _UNIT[m.group(2)] if m else None
+    m = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    res["non_2xx"] = int(m.group(1)) if m else 0
+    m = re.search(r"(\d+) requests in", out)
+    res["requests"] = int(m.group(1)) if m else 0
+    m = re.search(r"Socket errors:.*", out)
+    res["socket_errors"] = m.group(0) if m else ""
+    return res
+
+
+def measure(label: str, base_url: str, n: int, prefix: str, suffix: str, auth: str, seconds: float, workdir: Path) -> dict:
+    flat = lua_script(workdir / f"{label}-flat.lua", n, prefix, suffix, auth, None)
+    paced = lua_script(workdir / f"{label}-paced.lua", n, prefix, suffix, auth, 10)
+    run_wrk(base_url, flat, 3, 8)  # warm-up: connections, caches
+    thr = run_wrk(base_url, flat, seconds, 8)
+    lat = run_wrk(base_url, paced, seconds, 10)
+    for r in (thr, lat):
+        if r["rps"] is None or r["p99_ms"] is None:
+            raise RuntimeError(f"could not read wrk's output for {label}:\n{r['raw']}")
+    log(f"  {label:10s} n={n:>6}: {thr['rps']:.0f} req/s flat out (p50 {thr['p50_ms']:.2f} ms, p99 {thr['p99_ms']:.2f} ms); "
+        f"at ~{lat['rps']:.0f} req/s offered: p50 {lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms; "
+        f"non-2xx {thr['non_2xx'] + lat['non_2xx']}")
+    return {
+        "target": label, "workloads": n,
+        "throughput_rps": thr["rps"], "throughput_p50_ms": thr["p50_ms"], "throughput_p99_ms": thr["p99_ms"],
+        "paced_rps": lat["rps"], "paced_p50_ms": lat["p50_ms"], "paced_p99_ms": lat["p99_ms"],
+        "non_2xx": thr["non_2xx"] + lat["non_2xx"], "requests": thr["requests"] + lat["requests"],
+        "socket_errors": " ".join(x for x in (thr["socket_errors"], lat["socket_errors"]) if x),
+    }
+
+
+# --- the run --------------------------------------------------------------------------------
+
+def wait_adapter(port: int, n: int, proc, timeout: float = 600) -> None:
+    import httpx
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("foresight serve exited")
+        try:
+            r = httpx.get(f"https://127.0.0.1:{port}/readyz", verify=False, timeout=60,
+                          headers={"Authorization": f"Bearer {TOKEN}"})
+            if r.status_code == 200 and r.json().get("forecasts", 0) >= n:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError("adapter did not load the forecasts in time")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="1000,10000,100000")
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--workers", type=int, default=2, help="uvicorn workers of foresight serve")
+    ap.add_argument("--skip-prometheus", action="store_true")
+    args = ap.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    for b in ("wrk", "redis-server", "prometheus", "promtool"):
+        if not stack.have(b):
+            print(f"{b} is missing: run `make deps` (Debian packages)", file=sys.stderr)
+            return 2
+    from forecaster.store import RedisForecastStore
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="foresight-bench-adapter-"))
+    (workdir / "redis").mkdir()
+    redis = stack.start_redis(workdir / "redis")
+    store = RedisForecastStore(redis.url)
+    (workdir / "token").write_text(TOKEN)
+    rows: list[dict] = []
+    now = time.time()
+    published = 0
+    load_before = os.getloadavg()
+    try:
+        for n in sizes:
+            if n > published:
+                publish_forecasts(store, published, n, time.time())
+                published = n
+            # --- foresight serve (HTTPS, keep-alive, Redis) ---
+            port = stack.free_port()
+            serve_log = open(workdir / f"serve-{n}.log", "w")
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "foresight", "serve", "--store", redis.url, "--host", "127.0.0.1",
+                 "--port", str(port), "--cert-dir", str(workdir / "certs"), "--token-file", str(workdir / "token"),
+                 "--workers", str(args.workers), "--max-forecast-age", "3600"],
+                cwd=ROOT, stdout=serve_log, stderr=subprocess.STDOUT,
+            )
+            try:
+                log(f"foresight serve with {n} workloads in Redis: waiting for its cache to load")
+                wait_adapter(port, n, proc)
+                rows.append(measure(
+                    "foresight", f"https://127.0.0.1:{port}", n,
+                    f"{EXT}/namespaces/{NS}/predicted_cpu_load_ratio?labelSelector=workload%3Dw", "",
+                    f"Bearer {TOKEN}", args.seconds, workdir))
+            finally:
+                proc.terminate()
+                proc.wait(20)
+                serve_log.close()
+            # --- prometheus-adapter's way: PromQL per request ---
+            if not args.skip_prometheus:
+                prom = start_prometheus_with(n, time.time(), workdir)
+                try:
+                    q = f'sum(rate(container_cpu_usage_seconds_total{{namespace="{NS}",pod=~"w'
+                    q_end = '-.*"}[5m]))'
+                    import httpx
+
+                    probe = httpx.get(f"{prom.url}/api/v1/query", params={"query": q + "0" + q_end}).json()
+                    assert probe["status"] == "success" and probe["data"]["result"], f"PromQL found no data: {probe}"
+                    rows.append(measure(
+                        "prometheus", prom.url, n, "/api/v1/query?query=" + quote(q, safe=""),
+                        quote(q_end, safe=""), "", args.seconds, workdir))
+                    rows[-1]["series"] = n * PODS_PER_WORKLOAD
+                finally:
+                    prom.stop()
+    finally:
+        store.close()
+        redis.stop()
+    meta = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": f"{os.cpu_count()} cores, shared; load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}",
+        "foresight": f"foresight serve, HTTPS (self-signed), bearer token auth, {args.workers} uvicorn workers, Redis store",
+        "prometheus": f"Prometheus (Debian), plain HTTP, {PODS_PER_WORKLOAD} pods per workload, instant query "
+        f"sum(rate(container_cpu_usage_seconds_total{{namespace=..,pod=~\"NAME-.*\"}}[5m]))",
+        "wrk": f"-t2 -c8 -d{args.seconds}s flat out; paced: -c10 with a 10 ms delay per connection (~1,000 req/s offered)",
+        "seconds": args.seconds,
+    }
+    (RESULTS / "adapter_load.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    with open(RESULTS / "adapter_load.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=sorted({k for r in rows for k in r}))
+        w.writeheader()
+        w.writerows(rows)
+    plot(rows)
+    print("\n  target      workloads   req/s   p50 ms   p99 ms | paced req/s  p50 ms  p99 ms")
+    for r in rows:
+        print(f"  {r['target']:10s} {r['workloads']:>9} {r['throughput_rps']:>7.0f} {r['throughput_p50_ms']:>8.2f} "
+              f"{r['throughput_p99_ms']:>8.2f} | {r['paced_rps']:>11.0f} {r['paced_p50_ms']:>7.2f} {r['paced_p99_ms']:>7.2f}")
+    print(f"saved {RESULTS / 'adapter_load.json'}, .csv, .png")
+    return 0
+
+
+def plot(rows: list[dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for target, color in (("foresight", "#1f77b4"), ("prometheus", "#d62728")):
+        rs = [r for r in rows if r["target"] == target]
+        if not rs:
+            continue
+        xs = [r["workloads"] for r in rs]
+        axes[0].plot(xs, [r["throughput_rps"] for r in rs], "o-", color=color, label=target)
+        axes[1].plot(xs, [r["paced_p99_ms"] for r in rs], "o-", color=color, label=f"{target} p99")
+        axes[1].plot(xs, [r["paced_p50_ms"] for r in rs], "o--", color=color, alpha=0.6, label=f"{target} p50")
+    axes[0].set(xscale="log", xlabel="workloads", ylabel="req/s (wrk -c8, flat out)", title="throughput")
+    axes[1].set(xscale="log", yscale="log", xlabel="workloads", ylabel="latency ms", title="latency at ~1,000 req/s offered")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle("HPA metric request: foresight serve (HTTPS, Redis) vs a PromQL query per request")
+    fig.tight_layout()
+    fig.savefig(RESULTS / "adapter_load.png", dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
