@@ -562,17 +562,22 @@ def create_app(settings: AdapterSettings | None = None, store: ForecastStore | N
         h = core.cache.health()
         now = clock()
         ages = []
-        if core.cache._index_at is not None or h["store_reachable"]:
+        if h["store_reachable"]:
             try:
                 core.cache.ensure_index()
-                ages = [now - fc.generated_at for fc, _ in list(core.cache._entries.values()) if fc is not None]
+                ages = [now - fc.generated_at for fc in core.cache.forecasts()]
             except StoreError:
                 pass
         max_age = core.settings.metric.max_forecast_age_seconds
         fresh = sum(1 for a in ages if a <= max_age)
         h.update({"forecasts": len(ages), "fresh_forecasts": fresh})
         if not h["store_reachable"]:
-            return JSONResponse({"ready": False, "why": "forecast store unreachable", **h}, status_code=503)
+            since = h["seconds_since_last_good_read"]
+            if since is None or since > core.settings.cache.max_stale_seconds:
+                return JSONResponse({"ready": False, "why": "forecast store unreachable", **h}, status_code=503)
+            # A short Redis blip must not take every replica out of the Service: the
+            # aggregator would then fail discovery and stop ALL external-metric HPAs.
+            h["serving_from_cache"] = True
         if ages and fresh == 0:
             return JSONResponse(
                 {"ready": False, "why": f"every forecast is older than {max_age:g} s: is the trainer running?", **h},

@@ -65,6 +65,7 @@ class ForecastCache:
         self._index_at: float | None = None
         self._pending: set[str] = set()
         self._lock = threading.Lock()
+        self._idx_lock = threading.RLock()  # the index is read by requests while the refresher edits it
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -132,7 +133,8 @@ class ForecastCache:
 
     def _put_labels(self, sid: str, labels: dict[str, str]) -> None:
         ns, _, name = sid.partition("/")
-        self._labels.setdefault(ns, {})[name] = labels
+        with self._idx_lock:
+            self._labels.setdefault(ns, {})[name] = labels
 
     def _store_entry(self, sid: str, fc: Forecast | None, now: float) -> None:
         self._entries[sid] = (fc, now)
@@ -153,13 +155,14 @@ class ForecastCache:
             for sid in chunk:
                 self._store_entry(sid, got.get(sid), now)
         alive = set(ids) | set(self.configured)
-        for ns in list(self._labels):
-            for name in list(self._labels[ns]):
-                if f"{ns}/{name}" not in alive:
-                    del self._labels[ns][name]
-                    self._entries.pop(f"{ns}/{name}", None)
-            if not self._labels[ns]:
-                del self._labels[ns]
+        with self._idx_lock:
+            for ns in list(self._labels):
+                for name in list(self._labels[ns]):
+                    if f"{ns}/{name}" not in alive:
+                        del self._labels[ns][name]
+                        self._entries.pop(f"{ns}/{name}", None)
+                if not self._labels[ns]:
+                    del self._labels[ns]
         self._index_at = self.clock()
 
     def ensure_index(self) -> None:
@@ -206,10 +209,16 @@ class ForecastCache:
 
     def workloads(self, namespace: str) -> dict[str, dict[str, str]]:
         """name -> labels of the workloads known in a namespace."""
-        return dict(self._labels.get(namespace, {}))
+        with self._idx_lock:
+            return dict(self._labels.get(namespace, {}))
 
     def all_series(self) -> list[str]:
-        return sorted(f"{ns}/{name}" for ns, names in self._labels.items() for name in names)
+        with self._idx_lock:
+            return sorted(f"{ns}/{name}" for ns, names in self._labels.items() for name in names)
+
+    def forecasts(self) -> list[Forecast]:
+        """Every cached forecast (for readiness and listings)."""
+        return [fc for fc, _ in list(self._entries.values()) if fc is not None]
 
     def labels(self, series_id: str, fc: Forecast | None) -> dict[str, str]:
         ns, _, name = series_id.partition("/")

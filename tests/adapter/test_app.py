@@ -220,9 +220,11 @@ def test_redis_down_serves_from_the_cache_while_fresh_then_503(redis_server, red
             time.sleep(1.2)  # past the TTL and the response cache, inside max_stale
             during = c.get(url)
             assert during.status_code == 200
-            assert c.get("/readyz").status_code == 503
+            ready = c.get("/readyz")
+            assert ready.status_code == 200 and ready.json()["serving_from_cache"] is True
             time.sleep(2.5)  # now past max_stale
             after = c.get(url)
+            assert c.get("/readyz").status_code == 503
             assert after.status_code == 503
             assert after.json()["reason"] == "ServiceUnavailable"
             assert "unavailable" in after.json()["message"]
