@@ -207,6 +207,43 @@ def plot_equal_cost(rows: list[dict], path: Path, name: str) -> None:
     plt.close(fig)
 
 
+def plot_examples(df: pd.DataFrame, per: dict, series, variants: dict, startup_kind: str, tag: str) -> list[str]:
+    """Re-run the series where ours loses worst at equal cost (and the one it wins best) and
+    draw demand / ready capacity / replicas for reactive 70%, the reactive target closest to
+    our cost, ours and the oracle."""
+    from dataclasses import replace
+
+    from replay import report
+    from replay.simulate import ReplayConfig, StartupModel, make_world, run_mode, walk_forward_forecasts
+    import base64
+
+    rows = pd.DataFrame(per["ours"]["rows"])
+    rows["excess"] = rows["ours_slo"] - rows["reactive_equal_cost_slo"]
+    pick = list(rows.sort_values("excess", ascending=False).head(3).series_id) + list(rows.sort_values("excess").head(1).series_id)
+    by_id = {sid: (ts, v) for sid, ts, v in series}
+    base = ReplayConfig(startup=StartupModel(startup_kind, 60.0))
+    mode, over = variants["ours"]
+    out = []
+    for sid in pick:
+        ts, v = by_id[sid]
+        world = make_world(sid, ts, v, base)
+        s = df[df.series_id == sid]
+        ours_cost = float(s[s.variant == "ours"].replica_minutes.iloc[0])
+        front = s[s.variant.str.startswith("reactive")]
+        near = front.iloc[int(np.argmin(np.abs(front.replica_minutes - ours_cost)))]
+        res = {"reactive": run_mode(world, "reactive", base)}
+        res[f"reactive t{near.target:.2f}"] = run_mode(world, "reactive", replace(base, target=float(near.target)))
+        cfg = replace(base, **over)
+        res["predictive"] = run_mode(world, mode, cfg, walk_forward_forecasts(world, cfg))
+        res["oracle"] = run_mode(world, "oracle", base)
+        for zoom, suffix in ((None, "full"), (6, "zoom")):
+            b64 = report.series_figure(world, res, zoom_hours=zoom)
+            name = f"replay_series_{sid}_{suffix}{tag}.png"
+            (RESULTS / name).write_bytes(base64.b64decode(b64))
+            out.append(name)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--every", type=int, default=1, help="replay every N-th series (tuning)")
@@ -255,6 +292,7 @@ def main(argv=None) -> int:
     plot_frontier(tot, RESULTS / f"replay_frontier{tag}.png", "ours")
     if "ours" in per:
         plot_equal_cost(per["ours"]["rows"], RESULTS / f"replay_equal_cost{tag}.png", "ours")
+    examples = plot_examples(df, per, series, variants, args.startup, tag) if "ours" in per else []
     errs = df[df.variant == "ours"][["mae_h1", "mae_persistence_h1", "skill_h1"]] if "ours" in set(df.variant) else pd.DataFrame()
     out = {
         "series": int(df.series_id.nunique()),
@@ -265,6 +303,8 @@ def main(argv=None) -> int:
         "medians": json.loads(med.to_json(orient="index")),
         "per_series_equal_cost": summary,
         "forecast_error_ours_median": json.loads(errs.median().to_json()) if len(errs) else {},
+        "forecast_error_ours_mean": json.loads(errs.mean().to_json()) if len(errs) else {},
+        "example_plots": examples,
     }
     (RESULTS / f"replay_all{tag}.json").write_text(json.dumps(out, indent=2))
     print(f"\nsaved bench/results/replay_all{tag}.json, replay_per_series{tag}.csv, replay_frontier{tag}.png ({elapsed:.0f} s)")

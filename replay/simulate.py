@@ -16,7 +16,9 @@ The simulated world (settings of ../shared/reference/replay-anchors.md unless co
                    samples up to s only; the model is refitted every ``refit_hours`` on the last
                    ``train_days`` of samples; observed = D(t - delay);
   predictive+warm  predictive, with scale-ups served from a warm pool (ready after the claim
-                   latency while warm pods last; the pool refills cold); warm pods cost;
+                   latency while warm pods last); the pool holds max(warm_pool_size,
+                   ceil(warm_pool_fraction * replicas)) pods, refills cold (start-up time) and
+                   takes back ready pods on a scale-down when short; warm pods cost;
   oracle           External Value target on max(true max of D over [t, t + lead], D(t - delay)).
 - Measured at every sync, after the HPA acted: SLO violation when D / ready capacity > 0.9;
   under-provisioned core-minutes = integral of max(0, D - 0.9 * ready capacity); replica-
@@ -98,7 +100,8 @@ class ReplayConfig:
     refit_hours: float = 24.0
     horizon_points: int = 4
     # warm pool
-    warm_pool_size: int = 3
+    warm_pool_size: int = 1  # warm pods kept at least
+    warm_pool_fraction: float = 0.1  # ... and at least this fraction of the current replicas
     warm_claim_seconds: float = 2.0
     seed: int = 0
     cores_per_unit: float | None = None  # fixes k instead of deriving it from the p99
@@ -191,6 +194,7 @@ class ForecastTable:
     quantiles: dict[str, np.ndarray]  # key -> (n, h)
     observed_at_origin: np.ndarray  # sample value (cores) at the origin (carried forward)
     refits: int = 0
+    chosen: list = field(default_factory=list)  # model chosen at each refit ("auto")
 
     def error(self, world: World) -> dict[str, float]:
         """MAE of the 1-step (5 min) mean forecast vs the sample, and of persistence."""
@@ -236,7 +240,9 @@ def walk_forward_forecasts(
     """
     from forecaster.store import quantile_key
 
-    if model_factory is None:
+    selection = model_factory is None and cfg.model == "auto"
+    chosen: list[str] = []
+    if model_factory is None and not selection:
         from forecaster.models import get_model
 
         def model_factory():
@@ -269,8 +275,17 @@ def walk_forward_forecasts(
         hi = int(np.searchsorted(ts, T - delay, side="right"))
         lo = int(np.searchsorted(ts, ts[hi - 1] - cfg.train_days * 86400, side="right")) if hi else 0
         window = y[lo:hi]
-        model = model_factory()
-        model.fit(window, ts[lo:hi].astype("float64"))
+        if selection:
+            # per-series choice among candidates on a validation tail of this window, with
+            # split-conformal quantiles (forecaster.selection), as the trainer does
+            from forecaster.selection import select_and_fit
+
+            sel = select_and_fit(window, ts[lo:hi].astype("float64"), horizon=max(h, 12), quantiles=tuple(quantiles))
+            model = sel.model
+            chosen.append(sel.name)
+        else:
+            model = model_factory()
+            model.fit(window, ts[lo:hi].astype("float64"))
         refits += 1
         pred = model.predict(h, quantiles=tuple(quantiles))
         offs = {k: np.asarray(pred.quantiles[k], dtype="float64") - np.asarray(pred.mean, dtype="float64") for k in qkeys}
@@ -290,7 +305,9 @@ def walk_forward_forecasts(
     # quantiles never cross the mean's order
     stacked = np.sort(np.stack([qs[k] for k in qkeys]), axis=0)
     qs = {k: stacked[i] for i, k in enumerate(qkeys)}
-    return ForecastTable(cfg.model, origin_ts.astype("int64"), published, mean, qs, yf[origins_idx], refits)
+    table = ForecastTable(cfg.model, origin_ts.astype("int64"), published, mean, qs, yf[origins_idx], refits)
+    table.chosen = chosen
+    return table
 
 
 # ----------------------------------------------------------------------------- simulation
@@ -357,8 +374,9 @@ def run_mode(world: World, mode: str, cfg: ReplayConfig, forecasts: ForecastTabl
 
     # warm pool
     warm = mode == "predictive+warm"
-    pool_size = int(cfg.warm_pool_size) if warm else 0
-    warm_ready = pool_size
+    frac = float(cfg.warm_pool_fraction)
+    pool_min = int(cfg.warm_pool_size)
+    warm_ready = max(pool_min, math.ceil(frac * S)) if warm else 0
     warm_pending: list[float] = []
     claim = float(cfg.warm_claim_seconds)
 
@@ -441,7 +459,6 @@ def run_mode(world: World, mode: str, cfg: ReplayConfig, forecasts: ForecastTabl
                     take = min(add, warm_ready)
                     warm_ready -= take
                     pending.extend([t + claim] * take)
-                    warm_pending.extend(t + d for d in draw(take))  # refill the pool cold
                     add -= take
                 if add:
                     pending.extend(t + d for d in draw(add))
@@ -453,7 +470,22 @@ def run_mode(world: World, mode: str, cfg: ReplayConfig, forecasts: ForecastTabl
                     del pending[len(pending) - k:]
                     next_ready = min(pending) if pending else math.inf
                 ready -= rem - k
+                if warm:  # ready pods leaving the workload go back to the pool if it is short
+                    short = max(pool_min, math.ceil(frac * new)) - warm_ready - len(warm_pending)
+                    if short > 0:
+                        warm_ready += min(short, rem - k)
             S = new
+        if warm:
+            want = max(pool_min, math.ceil(frac * S))
+            have = warm_ready + len(warm_pending)
+            if have < want:
+                warm_pending.extend(t + d for d in draw(want - have))
+            elif have > want:
+                extra = have - want
+                k = min(extra, len(warm_pending))
+                if k:
+                    del warm_pending[len(warm_pending) - k:]
+                warm_ready -= extra - k
         ready_arr[i] = ready
         repl_arr[i] = S + (warm_ready + len(warm_pending) if warm else 0)
 
