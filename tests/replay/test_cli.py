@@ -1,0 +1,55 @@
+"""`foresight replay` end to end on a real trace slice (tests/data/cpu_slice.csv.gz)."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+from pathlib import Path
+
+import pytest
+
+from foresight.cli import main
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "cpu_slice.csv.gz"
+SID = "azurev1-737498"
+
+
+def test_replay_writes_the_summary_columns_and_a_report_with_plots(tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = main([
+        "replay", "--data", str(DATA), "--series", SID, "--model", "moving_average",
+        "--train-days", "4", "--replay-days", "1", "--startup-s", "60", "--delay-s", "90",
+        "--target", "0.7", "--out", str(out),
+    ])
+    assert rc == 0
+    with open(out / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == [
+        "series_id", "mode", "slo_violation_minutes", "underprovisioned_core_minutes", "replica_minutes", "scale_events",
+    ]
+    assert [r["mode"] for r in rows] == ["reactive", "predictive", "predictive+warm", "oracle"]
+    assert all(r["series_id"] == SID for r in rows)
+    # one day at 15 s steps with >= 1 replica: at least 1440 replica-minutes per mode
+    assert all(float(r["replica_minutes"]) >= 1440 for r in rows)
+    by = {r["mode"]: r for r in rows}
+    assert float(by["oracle"]["slo_violation_minutes"]) <= float(by["reactive"]["slo_violation_minutes"])
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") >= 3  # scatter + whole replay + zoom
+    assert "Cost vs risk" in html
+    errs = list(csv.DictReader(open(out / "forecast_error.csv")))
+    assert errs[0]["series_id"] == SID and float(errs[0]["mae_h1"]) >= 0
+
+
+def test_replay_rejects_unknown_modes_and_series_with_a_clear_message(tmp_path, capsys):
+    rc = main(["replay", "--data", str(DATA), "--modes", "reactive,magic", "--out", str(tmp_path)])
+    assert rc == 2
+    assert "magic" in capsys.readouterr().err
+    rc = main(["replay", "--data", str(DATA), "--series", "nope", "--modes", "reactive", "--out", str(tmp_path)])
+    assert rc == 2
+    assert "nope" in capsys.readouterr().err
+
+
+def test_replay_says_which_flag_fixes_a_too_short_trace(tmp_path, capsys):
+    rc = main(["replay", "--data", str(DATA), "--series", SID, "--modes", "reactive", "--train-days", "60", "--out", str(tmp_path)])
+    assert rc == 2
+    assert "--train-days" in capsys.readouterr().err
