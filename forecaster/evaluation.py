@@ -95,6 +95,7 @@ def _fit_predict_all(
     protos: Mapping[str, str | Model],
     settings: BacktestSettings,
     auto_candidates: Sequence[str] | None,
+    timings: dict[str, float] | None = None,
 ) -> tuple[dict[str, tuple[np.ndarray, dict]], str, dict[str, float]]:
     """Fit every model on one origin's training data; forecast; run ``auto`` from the same fits."""
     H, qs = settings.horizon, settings.quantiles
@@ -115,7 +116,9 @@ def _fit_predict_all(
         except ModelError:
             short = True
     by_name = {r.name: r for r in results}
+    tm = timings if timings is not None else {}
     for name in protos:
+        t0 = time.perf_counter()
         r = by_name.get(name)
         if r is None or r.model is None:
             p = fallback.predict(H, qs)
@@ -125,8 +128,10 @@ def _fit_predict_all(
             m.update(yc, tsc)
             p = m.predict(H, qs)
         out[name] = (p.mean, dict(p.quantiles))
+        tm[name] = tm.get(name, 0.0) + time.perf_counter() - t0 + (r.seconds if r is not None else 0.0)
     chosen, scores = "persistence", {}
     if auto_candidates is not None:
+        t0 = time.perf_counter()
         sub = [by_name[c] for c in auto_candidates if c in by_name and by_name[c].model is not None]
         if short or not sub:
             p = fallback.predict(H, qs)
@@ -140,6 +145,9 @@ def _fit_predict_all(
             p = m.predict(H, qs)
             chosen = best.name
         out["auto"] = (p.mean, dict(p.quantiles))
+        # auto costs its candidates' fits plus the choice on top
+        tm["auto"] = tm.get("auto", 0.0) + time.perf_counter() - t0 + sum(
+            by_name[c].seconds for c in auto_candidates if c in by_name)
     return out, chosen, scores
 
 
@@ -256,3 +264,116 @@ def summarize(rows_frame, horizons: Sequence[int] = (1, 6, 12)):
                 d[f"skill_h{h}_median"] = float(sk.replace([np.inf, -np.inf], np.nan).median())
         out[m] = d
     return pd.DataFrame(out).T
+
+
+# --- whole-dataset runner (``foresight backtest`` and bench/forecast_accuracy.py) ----------
+
+
+@dataclass
+class BacktestRun:
+    rows: Any  # DataFrame: series_id, model, h, mae, mase, pinball_p*, coverage_p*
+    summary: Any  # DataFrame indexed by model
+    forecasts: dict[str, list[OriginForecasts]]
+    timings: dict[str, dict[str, float]]  # per model: fit/predict seconds summed over series
+    lstm_report: dict = field(default_factory=dict)
+
+
+def train_global_lstm(arrays: Sequence[tuple[str, np.ndarray, np.ndarray]], settings: BacktestSettings, progress=None, **params):
+    """Train the fleet LSTM on each series' data strictly before its first origin (at most
+    ``train_days`` of it), so no backtest origin is ever looked past."""
+    proto = get_model("lstm", horizon=settings.horizon, **params)
+    data = []
+    for sid, ts, v in arrays:
+        season = season_length(ts)
+        origins = origin_indices(len(v), season, settings)
+        if not len(origins):
+            continue
+        o = int(origins[0])
+        lo = max(0, o + 1 - int(settings.train_days * season))
+        data.append((v[lo : o + 1], ts[lo : o + 1]))
+    proto.fit_fleet(data, progress=progress)
+    return proto
+
+
+def run_backtest(
+    frame,
+    models: Sequence[str],
+    settings: BacktestSettings = BacktestSettings(),
+    *,
+    progress: bool = True,
+    lstm_params: Mapping[str, Any] | None = None,
+    jobs: int = 1,
+) -> BacktestRun:
+    """Backtest every series of a long frame with ``models`` (names; "auto" adds the
+    per-series selection). Times each model separately (fit + validation + predict)."""
+    import pandas as pd
+    from tqdm import tqdm
+
+    from forecaster.frames import regularize, series_arrays
+
+    names = [m for m in models if m != "auto"]
+    auto = "auto" in models
+    for m in names:
+        if m != "lstm":
+            get_model(m)  # unknown names fail before any work
+    arrays = list(series_arrays(regularize(frame, _grid_step(frame))))
+    protos: list[str | Model] = [m for m in names if m != "lstm"]
+    lstm_report: dict = {}
+    timings: dict[str, dict[str, float]] = {}
+    auto_cands = list(settings.selection.candidates)
+    if "lstm" in names or "lstm" in auto_cands:
+        t0 = time.perf_counter()
+        bar = tqdm(total=int((lstm_params or {}).get("epochs", 12)), desc="lstm (global) training", disable=not progress, leave=False)
+        proto = train_global_lstm(arrays, settings, progress=lambda e: bar.update(1), **dict(lstm_params or {}))
+        bar.close()
+        lstm_report = dict(proto.train_report_)
+        timings["lstm_global_training"] = {"seconds": time.perf_counter() - t0}
+        protos.append(proto)
+    rows: list[dict] = []
+    forecasts: dict[str, list[OriginForecasts]] = {}
+    per_model_time: dict[str, float] = {}
+    it = tqdm(arrays, desc="backtest", unit="series", disable=not progress)
+    for sid, ts, v in it:
+        it.set_postfix_str(sid[:30])
+        origins = _backtest_timed(sid, ts, v, protos, settings, auto, auto_cands, per_model_time)
+        forecasts[sid] = origins
+        rows.extend(metrics_rows(sid, origins, settings.quantiles))
+    df = pd.DataFrame(rows)
+    summary = summarize(df) if len(df) else pd.DataFrame()
+    n = max(1, len(arrays))
+    for m, s in per_model_time.items():
+        timings[m] = {"seconds_total": s, "seconds_per_series": s / n}
+    return BacktestRun(df, summary, forecasts, timings, lstm_report)
+
+
+def _grid_step(frame) -> float:
+    from forecaster.frames import infer_step_seconds, normalize
+
+    f = normalize(frame)
+    first = f[f.series_id == f.series_id.iloc[0]]
+    return infer_step_seconds(first["timestamp"].astype("int64").to_numpy() / 1e9)
+
+
+def _backtest_timed(sid, ts, v, protos, settings, auto, auto_cands, per_model_time):
+    """Like ``backtest_series`` but fits each model in its own timed call; ``auto`` reuses
+    the candidates' fits (its own time is the selection on top)."""
+    y = np.asarray(v, dtype="float64").copy()
+    y[~np.isfinite(y)] = np.nan
+    ts = np.asarray(ts, dtype="float64")
+    season = season_length(ts)
+    by_name = {(p if isinstance(p, str) else p.name): p for p in protos}
+    cand_names = [c for c in auto_cands if c in by_name or c != "lstm"]
+    for c in cand_names:
+        by_name.setdefault(c, c)
+    wanted = [p if isinstance(p, str) else p.name for p in protos]
+    train_pts = int(round(settings.train_days * season))
+    out = []
+    for o in origin_indices(len(y), season, settings):
+        lo = max(0, o + 1 - train_pts)
+        tr_y, tr_ts = y[lo : o + 1], ts[lo : o + 1]
+        if not np.isfinite(tr_y).any():
+            continue
+        fc, chosen, _ = _fit_predict_all(tr_y, tr_ts, by_name, settings, cand_names if auto else None, per_model_time)
+        fc = {k: v for k, v in fc.items() if k in wanted or k == "auto"}
+        out.append(OriginForecasts(o, y[o + 1 : o + 1 + settings.horizon], naive_scale(tr_y), fc, chosen))
+    return out

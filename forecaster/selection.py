@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -59,6 +60,7 @@ class CandidateResult:
     mase_by_h: np.ndarray | None = None
     score: float = math.inf
     error: str = ""
+    seconds: float = 0.0  # fit + validation forecasts
 
 
 @dataclass
@@ -137,6 +139,7 @@ def evaluate_candidates(
     results = []
     for c in candidates:
         name = c if isinstance(c, str) else c.name
+        t0 = time.perf_counter()
         try:
             m = _prototype(c, season).fit(fit_part, ts_fit)
             means = m.rolling_means(y, origins, horizon)
@@ -144,6 +147,7 @@ def evaluate_candidates(
             results.append(CandidateResult(name, m, means, mase, float(np.sum(w * mase) / w.sum())))
         except Exception as exc:  # noqa: BLE001 - a failing candidate is skipped, with its reason
             results.append(CandidateResult(name, None, error=f"{exc.__class__.__name__}: {exc}"))
+        results[-1].seconds = time.perf_counter() - t0
     return results, actual, scale, origins
 
 

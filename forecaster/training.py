@@ -361,13 +361,14 @@ def train_once(config, source, store: ForecastStore | None, now: float | None = 
     now = time.time() if now is None else float(now)
     trainer = trainer or trainer_from_config(config, store)
     src = config.source
-    start = now - src.history_days * 86400.0
+    end = math.floor(now / src.step_seconds) * src.step_seconds  # a stable grid across refreshes
+    start = end - src.history_days * 86400.0
     histories: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     results: dict[str, dict[str, Any]] = {}
     for w in config.workloads:
         sid = w.series_id
         try:
-            frame = source.fetch(w.demand_query, start, now, src.step_seconds, series_id=sid)
+            frame = source.fetch(w.demand_query, start, end, src.step_seconds, series_id=sid)
             ts, vals = _history(frame)
             if not np.isfinite(vals).any():
                 raise ModelError(f"demand query returned no data for {sid}: {w.demand_query}")

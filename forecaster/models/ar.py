@@ -90,7 +90,6 @@ class AR(Model):
             self.lag_list_, self.coef_, self.const_ = [1], np.array([1.0]), 0.0
             return
         params = ols_autoreg(z, lag_list)
-        params = np.asarray(res.params, dtype="float64")
         if not np.all(np.isfinite(params)):
             raise ModelError("ar: non-finite coefficients")
         self.const_ = float(params[0])

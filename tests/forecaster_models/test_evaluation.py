@@ -1,0 +1,116 @@
+"""Walk-forward protocol: origins, no look-ahead (spy model), metrics by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from forecaster.evaluation import (
+    BacktestSettings,
+    backtest_series,
+    metrics_rows,
+    naive_scale,
+    origin_indices,
+    summarize,
+)
+from forecaster.models import naive, register_model, unregister_model
+
+SEEN: list[float] = []
+MIN_SEEN: list[float] = []
+
+
+class Spy(naive.Persistence):
+    """Records the largest value it was ever shown (the series is its own index)."""
+
+    def fit(self, y, timestamps=None):
+        SEEN.append(float(np.nanmax(y)))
+        MIN_SEEN.append(float(np.nanmin(y)))
+        return super().fit(y, timestamps)
+
+    def update(self, y, timestamps=None):
+        SEEN.append(float(np.nanmax(y)))
+        return super().update(y, timestamps)
+
+    def rolling_means(self, y, origins, h):
+        SEEN.append(float(np.nanmax(y[: int(np.max(origins)) + 1])))
+        return super().rolling_means(y, origins, h)
+
+
+def test_fourteen_origins_twelve_hours_apart_in_the_last_seven_days():
+    n = 21 * 288
+    o = origin_indices(n, 288, BacktestSettings())
+    assert len(o) == 14
+    assert np.all(np.diff(o) == 144)
+    assert o[0] == n - 7 * 288 - 1
+    assert o[-1] + 12 <= n - 1
+
+
+def test_forecasts_at_an_origin_do_not_change_when_later_data_changes(slice_arrays):
+    """No look-ahead, for every model and for auto: garbage after origin k leaves the
+    forecasts made at origins <= k untouched."""
+    ts, v = slice_arrays["azurev1-1985204"]
+    ts, v = ts[-10 * 288 :], v[-10 * 288 :]
+    models = ["persistence", "seasonal_naive", "moving_average", "ar", "ar_log"]
+    base = backtest_series("s", ts, v, models, auto=True, auto_candidates=("persistence", "moving_average", "ar"))
+    k = base[5].origin
+    v2 = v.copy()
+    v2[k + 1 :] = np.random.default_rng(1).uniform(0, 500, size=len(v2) - k - 1)
+    other = backtest_series("s", ts, v2, models, auto=True, auto_candidates=("persistence", "moving_average", "ar"))
+    for a, b in zip(base, other):
+        for m in models + ["auto"]:
+            same = np.allclose(a.forecasts[m][0], b.forecasts[m][0]) and np.allclose(
+                a.forecasts[m][1]["p90"], b.forecasts[m][1]["p90"])
+            if a.origin <= k:
+                assert same, (m, a.origin)
+    assert any(not np.allclose(a.forecasts["ar"][0], b.forecasts["ar"][0]) for a, b in zip(base, other) if a.origin > k)
+
+
+def test_training_window_is_capped_at_fourteen_days():
+    register_model("spy_for_test", Spy)
+    try:
+        n = 25 * 288
+        y = np.arange(n, dtype=float)
+        ts = 1.7e9 + 300.0 * np.arange(n)
+        SEEN.clear()
+        MIN_SEEN.clear()
+        backtest_series("s", ts, y, ["spy_for_test"], auto=False)
+        first_origin = origin_indices(n, 288, BacktestSettings())[0]
+        assert min(MIN_SEEN) >= first_origin + 1 - 14 * 288
+        assert min(MIN_SEEN) == first_origin + 1 - 14 * 288
+    finally:
+        unregister_model("spy_for_test")
+
+
+def test_metrics_match_a_hand_computation():
+    n = 10 * 288
+    rng = np.random.default_rng(3)
+    y = np.cumsum(rng.normal(size=n)) + 100
+    ts = 1.7e9 + 300.0 * np.arange(n)
+    origins = backtest_series("s", ts, y, ["persistence"], auto=False)
+    rows = pd.DataFrame(metrics_rows("s", origins))
+    o = origins[0]
+    err1 = [abs(y[x.origin + 1] - y[x.origin]) for x in origins]
+    r1 = rows[(rows.model == "persistence") & (rows.h == 1)].iloc[0]
+    assert r1.mae == pytest.approx(np.mean(err1))
+    lo = max(0, o.origin + 1 - 14 * 288)
+    assert o.scale == pytest.approx(np.mean(np.abs(np.diff(y[lo : o.origin + 1]))))
+    assert 0.0 <= r1.coverage_p90 <= 1.0
+    assert set(rows.columns) >= {"series_id", "model", "h", "mae", "mase", "pinball_p90", "coverage_p90"}
+
+
+def test_naive_scale_ignores_gaps_and_is_positive_on_flat_data():
+    assert naive_scale(np.array([1.0, np.nan, 2.0, 4.0])) == pytest.approx(2.0)
+    assert naive_scale(np.array([5.0, 5.0, 5.0])) > 0
+
+
+def test_auto_and_skill_appear_in_the_summary(slice_arrays):
+    ts, v = slice_arrays["azurev1-825849"]
+    ts, v = ts[-10 * 288 :], v[-10 * 288 :]
+    origins = backtest_series("x", ts, v, ["persistence", "moving_average"], auto=True,
+                              auto_candidates=("persistence", "moving_average"))
+    rows = pd.DataFrame(metrics_rows("x", origins))
+    s = summarize(rows)
+    assert {"auto", "persistence", "moving_average"} <= set(s.index)
+    assert s.loc["persistence", "skill_median"] == pytest.approx(0.0)
+    assert all(o.chosen for o in origins)

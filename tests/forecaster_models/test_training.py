@@ -1,0 +1,143 @@
+"""Trainer: fit (heavy) vs refresh (cheap), publishing, fallbacks and their reasons."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from forecaster.models import naive, register_model, unregister_model
+from forecaster.store import MemoryForecastStore
+from forecaster.training import Trainer
+
+FITS: list[int] = []
+
+
+class CountingMA(naive.MovingAverage):
+    def _fit(self, y):
+        FITS.append(len(y))
+
+
+@pytest.fixture
+def counting_model():
+    register_model("counting_ma", CountingMA, window=12)
+    FITS.clear()
+    yield "counting_ma"
+    unregister_model("counting_ma")
+
+
+def test_fit_then_refresh_publishes_a_finite_forecast(daily_series):
+    ts, y = daily_series
+    store = MemoryForecastStore()
+    tr = Trainer(store, models=("auto",), horizon=12, clock=lambda: 1000.0)
+    st = tr.fit("shop/web", ts, y)
+    assert st.status == "ok" and st.backtest_error is not None
+    fc = tr.refresh("shop/web", ts, y, meta={"namespace": "shop", "ready_pods": 3})
+    got = store.latest("shop/web")
+    assert got is not None and got.generation == 1
+    assert len(got.mean) == 12 and set(got.quantiles) == {"p50", "p90"}
+    assert all(math.isfinite(v) for v in got.mean)
+    assert got.origin == ts[-1] and got.step_seconds == 300.0
+    assert got.observed[-1] == (float(ts[-1]), float(y[-1]))
+    assert got.meta["ready_pods"] == 3
+    assert fc.model == st.model_name and fc.generated_at == 1000.0
+
+
+def test_refresh_reforecasts_from_new_data_without_refitting(daily_series, counting_model):
+    ts, y = daily_series
+    tr = Trainer(MemoryForecastStore(), models=(counting_model,))
+    tr.fit("s", ts[:-24], y[:-24])
+    fits = len(FITS)
+    a = tr.refresh("s", ts[:-24], y[:-24])
+    b = tr.refresh("s", ts, y)
+    assert len(FITS) == fits  # no refit on refresh
+    assert b.origin == ts[-1] > a.origin
+    assert b.mean[0] == pytest.approx(np.mean(y[-12:]))
+
+
+def test_nan_tail_and_gaps_still_publish_a_finite_forecast(daily_series):
+    ts, y = daily_series
+    y = y.copy()
+    y[-5:] = np.nan
+    y[300:350] = np.inf
+    store = MemoryForecastStore()
+    tr = Trainer(store)
+    tr.fit("s", ts, y)
+    fc = tr.refresh("s", ts, y)
+    assert all(math.isfinite(v) for v in fc.mean + fc.quantiles["p90"])
+    assert fc.observed[-1][0] == ts[-6]  # last finite observation
+
+
+def test_short_history_is_on_fallback_with_the_reason(daily_series):
+    ts, y = daily_series
+    store = MemoryForecastStore()
+    tr = Trainer(store)
+    tr.fit("s", ts[-100:], y[-100:])
+    fc = tr.refresh("s", ts[-100:], y[-100:])
+    assert fc.status == "fallback" and fc.model == "persistence"
+    assert "history too short" in fc.reason
+    assert tr.status("s")["status"] == "fallback"
+
+
+def test_refresh_before_any_fit_uses_persistence_and_says_so(daily_series):
+    ts, y = daily_series
+    fc = Trainer(MemoryForecastStore()).refresh("new", ts, y)
+    assert fc.status == "fallback" and "not trained yet" in fc.reason
+    assert fc.mean[0] == pytest.approx(y[-1])
+
+
+def test_all_nan_data_is_never_published(daily_series):
+    ts, _ = daily_series
+    store = MemoryForecastStore()
+    tr = Trainer(store)
+    st = tr.fit("s", ts, np.full(len(ts), np.nan))
+    assert st.status == "fallback" and "no finite values" in st.reason
+    with pytest.raises(Exception, match="no finite values"):
+        tr.refresh("s", ts, np.full(len(ts), np.nan))
+    assert store.latest("s") is None
+
+
+def test_live_error_drift_switches_to_fallback_and_schedules_a_retrain(daily_series):
+    ts, y = daily_series
+    store = MemoryForecastStore()
+    tr = Trainer(store, drift_ratio=2.0, drift_min_points=6, retrain_interval_seconds=1e9, clock=lambda: 0.0)
+    tr.fit("s", ts, y)
+    assert not tr.due("s", now=0.0)
+    tr.refresh("s", ts, y)
+    # the level jumps far away from anything the model saw: live error >> backtest error
+    step = 300.0
+    ts2 = np.concatenate([ts, ts[-1] + step * np.arange(1, 13)])
+    y2 = np.concatenate([y, np.full(12, np.nanmax(y) * 10 + 100)])
+    fc = tr.refresh("s", ts2, y2)
+    assert fc.status == "fallback" and "live error" in fc.reason
+    assert tr.status("s")["needs_retrain"] is True
+    assert tr.due("s", now=0.0)
+    tr.fit("s", ts2, y2)
+    assert tr.status("s")["needs_retrain"] is False
+
+
+def test_a_model_that_returns_nan_falls_back_at_refresh(daily_series):
+    class NaNModel(naive.Persistence):
+        def predict(self, h, quantiles=(0.5, 0.9)):
+            from forecaster.models import Prediction
+
+            return Prediction(np.full(h, np.nan), {"p50": np.full(h, np.nan), "p90": np.full(h, np.nan)})
+
+    register_model("nan_for_test", NaNModel)
+    try:
+        ts, y = daily_series
+        tr = Trainer(MemoryForecastStore(), models=("nan_for_test",))
+        tr.fit("s", ts, y)
+        fc = tr.refresh("s", ts, y)
+        assert fc.status == "fallback" and fc.model == "persistence"
+        assert "failed to forecast" in fc.reason
+    finally:
+        unregister_model("nan_for_test")
+
+
+def test_unknown_model_in_trainer_is_a_clear_error():
+    from forecaster.models import ModelError
+
+    with pytest.raises(ModelError, match="unknown model 'nope'"):
+        Trainer(MemoryForecastStore(), models=("nope",))
