@@ -21,7 +21,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from forecaster.nodes import NEUTRAL_SCORE, preferred_node_affinity, split_hot
+from forecaster.nodes import NEUTRAL_SCORE, preferred_node_affinity
 from forecaster.store import ForecastStore
 
 from adapter.scheduler.protocol import (
@@ -29,6 +29,7 @@ from adapter.scheduler.protocol import (
     ExtenderArgs,
     error_body,
     filter_result,
+    filter_result_names,
     parse_extender_args,
 )
 from adapter.scheduler.settings import SchedulerSettings
@@ -97,15 +98,20 @@ class SchedulerExtender:
 
     def filter(self, body: bytes) -> bytes:
         args = parse_extender_args(body)
+        names = args.node_names
         try:
             snap = self.cache.get()
-            passed, failed = split_hot(args.node_names, snap.loads, self.settings.threshold)
+            hot = snap.hot
+            failed = [n for n in names if n in hot]
+            passed = [n for n in names if n not in hot] if failed else names
+            if not passed:  # every candidate is hot: drop none (same rule as split_hot)
+                passed, failed = names, []
+            if args.cache_capable:
+                return filter_result_names(passed, failed, snap.name_json, snap.hot_json)
+            return filter_result(args, passed, {n: hot[n] for n in failed})
         except Exception:  # noqa: BLE001 - never block scheduling on our own failure
             log.exception("scheduler filter failed; letting every node pass")
-            passed, failed = list(args.node_names), {}
-        if failed:
-            log.debug("filter %s: %d of %d nodes predicted hot", args.pod_ref(), len(failed), len(args.node_names))
-        return filter_result(args, passed, failed)
+            return filter_result(args, list(names), {})
 
     def prioritize(self, body: bytes) -> bytes:
         args = parse_extender_args(body)

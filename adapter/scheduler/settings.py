@@ -19,9 +19,12 @@ class SchedulerSettings:
     max_forecast_age_seconds: older forecasts are stale: neutral score, never filtered.
     zone_weight: share of the zone's predicted load in a node's score (0 = node load only).
     quantile: published quantile used as the load ("p90", or "mean").
-    refresh_seconds: the node snapshot is rebuilt from the store at most this often, in a
-      background thread; requests read the last snapshot and never wait for the store
-      (except the very first one, when there is no snapshot yet).
+    refresh_seconds: node scores are recomputed (the horizon window moves with the clock) at
+      most this often, in a background thread; requests read the last snapshot and never
+      wait (except the very first one, when there is no snapshot yet).
+    reload_seconds: the store is re-read at most this often (5,000 forecasts cost ~0.4 s of
+      CPU to fetch and decode; the trainer publishes about once a minute), and also as soon
+      as a forecast read earlier turns stale, to pick up its replacement.
     max_body_bytes: larger ExtenderArgs bodies are refused with 413 (5,000 full Node objects
       are ~25 MB; nodeCacheCapable bodies are ~100 KB).
     affinity_top_n: how many nodes the placement API puts in its nodeAffinity preferences.
@@ -33,6 +36,7 @@ class SchedulerSettings:
     zone_weight: float = 0.3
     quantile: str = "p90"
     refresh_seconds: float = 2.0
+    reload_seconds: float = 10.0
     max_body_bytes: int = 64 * 1024 * 1024
     affinity_top_n: int = 10
 
@@ -46,7 +50,7 @@ class SchedulerSettings:
 
         if not (isinstance(self.threshold, (int, float)) and 0 < self.threshold <= 1):
             problems.append(f"scheduler.threshold: {self.threshold!r} must be a utilization in (0, 1], e.g. 0.85")
-        for name in ("horizon_seconds", "max_forecast_age_seconds", "refresh_seconds"):
+        for name in ("horizon_seconds", "max_forecast_age_seconds", "refresh_seconds", "reload_seconds"):
             positive(name)
         if not (isinstance(self.zone_weight, (int, float)) and 0 <= self.zone_weight <= 1):
             problems.append(f"scheduler.zone_weight: {self.zone_weight!r} must be in [0, 1]")

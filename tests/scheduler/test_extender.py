@@ -203,7 +203,7 @@ def test_a_store_outage_keeps_the_extender_answering_from_the_last_snapshot(stor
     client, ext = make_client(flaky, SchedulerSettings(refresh_seconds=0.001))
     before = client.post("/scheduler/prioritize", json=names_args(["cool", "hot"])).json()
     flaky.down = True
-    ext.cache.refresh()  # the rebuild fails; the previous snapshot stays
+    ext.cache.refresh()  # the store read fails; the forecasts read before stay
     after = client.post("/scheduler/prioritize", json=names_args(["cool", "hot"])).json()
     assert after == before and ext.cache.failures >= 1
     assert "redis is restarting" in client.get("/api/v1/placement").json()["store_error"]
@@ -218,21 +218,68 @@ def test_a_store_down_from_the_start_gives_neutral_scores_and_filters_nothing(st
     assert client.post("/scheduler/filter", json=names_args(["cool", "hot"])).json()["nodenames"] == ["cool", "hot"]
 
 
-def test_the_snapshot_is_rebuilt_in_the_background_after_refresh_seconds(store):
-    clock = [time.time()]
-    cache = SnapshotCache(store, SchedulerSettings(refresh_seconds=5), clock=lambda: clock[0])
-    first = cache.get()
-    assert first.loads["cool"].score > NEUTRAL_SCORE
-    publish_node(store, "cool", 0.95, now=clock[0])
-    assert cache.get() is first  # within refresh_seconds: no store read at all
-    clock[0] += 6
-    served = cache.get()  # expired: answered from the old snapshot while a rebuild runs
-    assert served is first
+class CountingStore:
+    def __init__(self, inner):
+        self.inner = inner
+        self.reads = 0
+
+    def list_series(self):
+        self.reads += 1
+        return self.inner.list_series()
+
+    def latest_many(self, ids):
+        return self.inner.latest_many(ids)
+
+
+def wait_for_new_snapshot(cache, old):
     deadline = time.time() + 10
-    while cache.get() is first and time.time() < deadline:
+    while cache.get() is old and time.time() < deadline:
         time.sleep(0.01)
-    assert cache.get().loads["cool"].hot
-    assert cache.rebuilds == 2
+    return cache.get()
+
+
+def test_the_snapshot_is_rescored_in_the_background_and_the_store_reread_only_every_reload_seconds(store):
+    counting = CountingStore(store)
+    clock = [time.time()]
+    cache = SnapshotCache(counting, SchedulerSettings(refresh_seconds=5, reload_seconds=20), clock=lambda: clock[0])
+    first = cache.get()
+    assert first.loads["cool"].score > NEUTRAL_SCORE and counting.reads == 1
+    publish_node(store, "cool", 0.95, now=clock[0])
+    assert cache.get() is first  # within refresh_seconds: nothing recomputed, nothing read
+    clock[0] += 6
+    assert cache.get() is first  # expired: answered from the old snapshot while a rebuild runs
+    second = wait_for_new_snapshot(cache, first)
+    assert counting.reads == 1 and cache.rescores == 1  # re-scored from cached forecasts
+    assert not second.loads["cool"].hot  # the new forecast is not read yet
+    clock[0] += 20
+    cache.get()
+    third = wait_for_new_snapshot(cache, second)
+    assert counting.reads == 2 and third.loads["cool"].hot
+
+
+def test_a_forecast_turning_stale_triggers_a_store_read_to_pick_up_its_replacement(store):
+    counting = CountingStore(store)
+    now = time.time()
+    publish_node(store, "aging", 0.5, age=290.0, now=now)  # stale in 10 s (max age 300)
+    clock = [now]
+    cache = SnapshotCache(counting, SchedulerSettings(refresh_seconds=60, reload_seconds=600), clock=lambda: clock[0])
+    first = cache.get()
+    assert first.loads["aging"].status == "ok"
+    publish_node(store, "aging", 0.95, now=now + 11)
+    clock[0] = now + 11
+    cache.get()
+    second = wait_for_new_snapshot(cache, first)
+    assert counting.reads == 2 and second.loads["aging"].hot
+
+
+def test_filter_and_the_shared_split_hot_rule_agree(store):
+    from forecaster.nodes import split_hot
+
+    client, ext = make_client(store)
+    names = ["warm", "hot", "cool", "never-seen", "calm-b"]
+    body = client.post("/scheduler/filter", json=names_args(names)).json()
+    passed, failed = split_hot(names, ext.cache.get().loads, ext.settings.threshold)
+    assert body["nodenames"] == passed and set(body["failedNodes"]) == set(failed)
 
 
 def test_placement_api_lists_node_and_zone_scores_with_reasons_and_affinity(store):
@@ -282,3 +329,16 @@ def test_extender_routes_are_documented_in_the_openapi_schema(store):
     for p in ("/scheduler/filter", "/scheduler/prioritize"):
         assert set(paths[p]["post"]["responses"]) >= {"200", "400"}
     assert "/api/v1/placement" in paths
+
+
+def test_the_preserialized_filter_answer_equals_the_plain_json_encoding():
+    from adapter.scheduler.protocol import ExtenderArgs, filter_result, filter_result_names
+
+    names = ["a", 'we"ird', "nöde", "b", "a"]
+    failed = {"b": "hot \"b\"", 'we"ird': "hot ü"}
+    passed = [n for n in names if n not in failed]
+    name_json = {n: json.dumps(n).encode() for n in ("a", "b")}  # others take the slow path
+    failed_json = {n: json.dumps(n).encode() + b":" + json.dumps(m).encode() for n, m in failed.items()}
+    fast = filter_result_names(passed, [n for n in names if n in failed], name_json, failed_json)
+    slow = filter_result(ExtenderArgs(pod=None, node_names=names, node_items=None), passed, failed)
+    assert json.loads(fast) == json.loads(slow)
