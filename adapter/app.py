@@ -18,7 +18,7 @@ import re
 import time
 from contextlib import asynccontextmanager
 from typing import Any, Callable
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote_plus
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -129,10 +129,14 @@ class _Metrics:
             registry=self.registry,
             buckets=(15, 30, 60, 120, 300, 600, 1800, 3600),
         )
-        self._value_keys: set[tuple] = set()
+        self._value_children: dict[tuple, Any] = {}
+        self._children: dict[tuple, Any] = {}
 
     def record(self, metric: str, ns: str, name: str, sv: ServedValue, fc: Forecast | None, now: float) -> None:
-        self.served_total.labels(metric, sv.source).inc()
+        child = self._children.get((metric, sv.source))
+        if child is None:
+            child = self._children[(metric, sv.source)] = self.served_total.labels(metric, sv.source)
+        child.inc()
         if sv.source == "observed":
             r = sv.reason
             cause = (
@@ -142,11 +146,12 @@ class _Metrics:
             self.fallbacks.labels(metric, cause).inc()
         if fc is not None:
             self.forecast_age.observe(max(0.0, now - fc.generated_at))
-        key = (metric, ns, name)
-        if key in self._value_keys or len(self._value_keys) < self.MAX_VALUE_SERIES:
-            if key not in self._value_keys:
-                self._value_keys.add(key)
-            self.served.labels(metric, ns, name, sv.source).set(sv.value)
+        key = (metric, ns, name, sv.source)
+        gauge = self._value_children.get(key)
+        if gauge is None and len(self._value_children) < self.MAX_VALUE_SERIES:
+            gauge = self._value_children[key] = self.served.labels(metric, ns, name, sv.source)
+        if gauge is not None:
+            gauge.set(sv.value)
 
 
 class AdapterCore:
@@ -165,6 +170,7 @@ class AdapterCore:
         )
         self._responses: dict[tuple, tuple[float, int, bytes]] = {}
         self._response_ttl = min(1.0, settings.cache.ttl_seconds)
+        self._selectors: dict[str, Any] = {}  # HPAs repeat the same few selectors
         self.group_list = _dumps(
             {
                 "kind": "APIGroupList",
@@ -245,11 +251,7 @@ class AdapterCore:
         return 404, status_body(404, "the server could not find the requested resource")
 
     def values(self, ns: str, metric: str, query: bytes) -> tuple[int, bytes]:
-        selector_text = ""
-        for k, v in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
-            if k == "labelSelector":
-                selector_text = v
-                break
+        selector_text = _label_selector(query)
         key = (ns, metric, selector_text)
         now = self.clock()
         hit = self._responses.get(key)
@@ -269,10 +271,15 @@ class AdapterCore:
             )
         if not _DNS_LABEL.match(ns):
             return 404, status_body(404, f"namespace {ns!r} is not a valid namespace name")
-        try:
-            selector = parse_selector(selector_text)
-        except SelectorError as exc:
-            return 400, status_body(400, f"unable to parse labelSelector: {exc}")
+        selector = self._selectors.get(selector_text)
+        if selector is None:
+            try:
+                selector = parse_selector(selector_text)
+            except SelectorError as exc:
+                return 400, status_body(400, f"unable to parse labelSelector: {exc}")
+            if len(self._selectors) > 10_000:
+                self._selectors.clear()
+            self._selectors[selector_text] = selector
         try:
             matched = self.match(ns, selector)
         except StoreUnavailable:
@@ -374,6 +381,20 @@ class AdapterCore:
             }
         )
         return d
+
+
+def _label_selector(query: bytes) -> str:
+    """The labelSelector parameter (first one wins, as in Kubernetes); fast path for the
+    HPA's only parameter."""
+    if not query:
+        return ""
+    text = query.decode("latin-1")
+    if text.startswith("labelSelector=") and "&" not in text:
+        return unquote_plus(text[14:], encoding="utf-8", errors="replace")
+    for k, v in parse_qsl(text, keep_blank_values=True):
+        if k == "labelSelector":
+            return v
+    return ""
 
 
 def _finite_or_none(v):
