@@ -70,7 +70,28 @@ def create_bench_app():
         out = [{"host": n, "score": loads[n].score if n in loads else NEUTRAL_SCORE} for n in args.node_names]
         return Response(json.dumps(out).encode(), media_type="application/json")
 
-    return app
+    return ServerTiming(app)
+
+
+class ServerTiming:
+    """Pure ASGI middleware: ``x-server-ms`` = time from request to response start, so
+    the figures can be split into server work and client/transport overhead."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0 = time.perf_counter()
+
+        async def timed_send(message):
+            if message["type"] == "http.response.start":
+                ms = (time.perf_counter() - t0) * 1000
+                message = {**message, "headers": [*message.get("headers", []), (b"x-server-ms", f"{ms:.3f}".encode())]}
+            await send(message)
+
+        return await self.app(scope, receive, timed_send)
 
 
 # -- the client side ----------------------------------------------------------------------------
@@ -142,11 +163,13 @@ def measure(client, url: str, body: bytes, n: int, warmup: int, check) -> dict:
         r.raise_for_status()
     check(r)
     lat = np.empty(n)
+    server = np.empty(n)
     t_all = time.perf_counter()
     for i in range(n):
         t0 = time.perf_counter()
         r = client.post(url, content=body, headers={"content-type": "application/json"})
         lat[i] = time.perf_counter() - t0
+        server[i] = float(r.headers.get("x-server-ms", "nan"))
         if r.status_code != 200:
             raise RuntimeError(f"{url}: HTTP {r.status_code}: {r.text[:200]}")
     wall = time.perf_counter() - t_all
@@ -154,6 +177,7 @@ def measure(client, url: str, body: bytes, n: int, warmup: int, check) -> dict:
     return {
         "requests": n, "p50_ms": round(float(np.percentile(ms, 50)), 3), "p90_ms": round(float(np.percentile(ms, 90)), 3),
         "p99_ms": round(float(np.percentile(ms, 99)), 3), "max_ms": round(float(ms.max()), 3),
+        "server_p50_ms": round(float(np.percentile(server, 50)), 3), "server_p99_ms": round(float(np.percentile(server, 99)), 3),
         "req_per_s_sequential": round(n / wall, 1), "request_bytes": len(body), "response_bytes": len(r.content),
         "_latencies_ms": ms.tolist(),
     }
@@ -291,7 +315,8 @@ def main() -> int:
     fig.savefig(RESULTS / "scheduler_extender.png", dpi=120)
 
     def line(name, r):
-        return f"{name:38s} p50 {r['p50_ms']:8.2f} ms  p99 {r['p99_ms']:8.2f} ms  {r['req_per_s_sequential']:8.1f} req/s (1 conn)"
+        return (f"{name:32s} p50 {r['p50_ms']:8.2f} ms  p99 {r['p99_ms']:8.2f} ms  {r['req_per_s_sequential']:7.1f} req/s (1 conn)"
+                f"  | server p50 {r['server_p50_ms']:.2f} p99 {r['server_p99_ms']:.2f} ms")
 
     print(line("ours   prioritize (NodeNames)", results["ours_prioritize_nodenames"]))
     print(line("naive  prioritize (NodeNames)", results["naive_prioritize_nodenames"]))

@@ -64,6 +64,7 @@ __all__ = [
     "assess_nodes",
     "forecast_utilization",
     "node_series_id",
+    "placement_affinity",
     "preferred_node_affinity",
     "score_for_load",
     "split_hot",
@@ -689,3 +690,26 @@ def preferred_node_affinity(
                 "preference": {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": sorted(groups[sc])}]},
             })
     return {"preferredDuringSchedulingIgnoredDuringExecution": terms}
+
+
+def placement_affinity(
+    store: ForecastStore,
+    now: float | None = None,
+    settings: NodeScoreSettings | None = None,
+    top_n: int = 10,
+) -> dict[str, Any]:
+    """One call for the warm pool's Kubernetes backend: read the published node and zone
+    forecasts, score them exactly as the scheduler extender does, and return the
+    ``V1NodeAffinity``-shaped preferences (hot nodes avoided, cooler zones preferred).
+    Reads the store: call it from a controller loop, not from a request handler."""
+    s = settings or NodeScoreSettings()
+    now = time.time() if now is None else float(now)
+    ids = [x for x in store.list_series() if x.startswith((NODE_PREFIX, ZONE_PREFIX))]
+    loads, zones = assess_nodes(store.latest_many(ids), now, s)
+    ordered = sorted(loads.values(), key=lambda nl: nl.node)
+    return preferred_node_affinity(
+        {nl.node: nl.score for nl in ordered},
+        top_n=top_n,
+        zone_scores={z: score_for_load(v, None, 0.0) for z, v in zones.items()},
+        avoid=[nl.node for nl in ordered if nl.hot],
+    )

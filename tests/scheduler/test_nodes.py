@@ -223,3 +223,25 @@ def test_affinity_dict_round_trips_through_the_kubernetes_client_model():
     assert client.sanitize_for_serialization(model) == aff
     zone_terms = [t for t in aff["preferredDuringSchedulingIgnoredDuringExecution"] if "matchExpressions" in t["preference"]]
     assert zone_terms == [{"weight": 90, "preference": {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["eu-1a"]}]}}]
+
+
+def test_the_warm_pool_gets_the_same_preferences_from_the_store_as_the_placement_api():
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from adapter.scheduler import register_scheduler_routes
+    from forecaster.nodes import placement_affinity
+
+    store = MemoryForecastStore()
+    now = time.time()
+    for name, load, zone in [("n1", 0.2, "za"), ("n2", 0.5, "za"), ("n3", 0.9, "zb"), ("n4", 0.0, "zb")]:
+        fc = node_fc(name, [load] * 10, zone=zone)
+        store.publish(make_forecast(fc.series_id, origin=now, step_seconds=60, mean=fc.mean, quantiles=fc.quantiles,
+                                    model="ar", generated_at=now, meta=fc.meta))
+    aff = placement_affinity(store, now=now)
+    terms = aff["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert terms[0]["preference"]["matchFields"][0]["values"] == ["n4"]  # coolest node first
+    assert {"key": "metadata.name", "operator": "NotIn", "values": ["n3"]} in [r for t in terms for r in t["preference"].get("matchFields", [])]
+    app = FastAPI()
+    register_scheduler_routes(app, store)
+    assert TestClient(app).get("/api/v1/placement").json()["preferred_node_affinity"] == aff
