@@ -9,6 +9,7 @@ encoding/json into ``ExtenderFilterResult`` / ``HostPriorityList``.
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -342,3 +343,35 @@ def test_the_preserialized_filter_answer_equals_the_plain_json_encoding():
     fast = filter_result_names(passed, [n for n in names if n in failed], name_json, failed_json)
     slow = filter_result(ExtenderArgs(pod=None, node_names=names, node_items=None), passed, failed)
     assert json.loads(fast) == json.loads(slow)
+
+
+def test_a_real_uvicorn_server_answers_go_marshalled_bodies_over_one_keep_alive_connection(store):
+    import http.client
+
+    import uvicorn
+
+    from tests import stack
+
+    app = FastAPI()
+    register_scheduler_routes(app, store)
+    port = stack.free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        stack._wait_port(port, "uvicorn")
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        # byte-for-byte what Go's json.Marshal(&ExtenderArgs{...}) emits in nodeCacheCapable mode
+        go_body = b'{"Pod":{"metadata":{"name":"web","namespace":"shop","creationTimestamp":null},"spec":{"containers":null},"status":{}},"Nodes":null,"NodeNames":["hot","cool"]}'
+        answers = []
+        for verb in ("filter", "prioritize"):
+            conn.request("POST", f"/scheduler/{verb}", body=go_body, headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            assert resp.status == 200 and not resp.will_close  # the scheduler's transport keeps it open
+            answers.append(json.loads(resp.read()))
+        conn.close()
+        assert answers[0]["nodenames"] == ["cool"] and list(answers[0]["failedNodes"]) == ["hot"]
+        assert [h["host"] for h in answers[1]] == ["hot", "cool"] and answers[1][1]["score"] > answers[1][0]["score"]
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -245,3 +245,38 @@ def test_the_warm_pool_gets_the_same_preferences_from_the_store_as_the_placement
     app = FastAPI()
     register_scheduler_routes(app, store)
     assert TestClient(app).get("/api/v1/placement").json()["preferred_node_affinity"] == aff
+
+
+def test_the_node_schedule_publishes_each_tick_and_survives_a_failing_cycle():
+    from forecaster.nodes import run_nodes_schedule
+    from forecaster.sources.base import SourceUnavailable
+
+    import pandas as pd
+
+    class Source:
+        calls = 0
+
+        def fetch(self, query, start, end, step):
+            Source.calls += 1
+            if Source.calls == 2:
+                raise SourceUnavailable("prometheus restarting")
+            ts = pd.to_datetime(end - 60 * np.arange(60)[::-1], unit="s", utc=True)
+            return pd.DataFrame({"series_id": '{instance="w1:9100"}', "timestamp": ts, "value": 0.3})
+
+        def instant(self, query, t):
+            return []
+
+    clock = [NOW + 7.0]
+    slept = []
+
+    def sleep(d):
+        slept.append(d)
+        clock[0] += d
+
+    store = MemoryForecastStore()
+    cycles = run_nodes_schedule(Source(), store, NodeForecastSettings(model="persistence"), interval_seconds=60,
+                                clock=lambda: clock[0], sleep=sleep, max_cycles=3)
+    assert cycles == 3 and Source.calls == 3
+    assert slept[0] == pytest.approx(53.0)  # aligned to the next minute
+    fc = store.latest("node/w1")
+    assert fc.generation == 2 and fc.meta["zone"] == ""  # cycles 1 and 3 published, 2 failed
