@@ -375,3 +375,24 @@ def test_a_real_uvicorn_server_answers_go_marshalled_bodies_over_one_keep_alive_
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def test_large_full_node_bodies_are_answered_the_same_off_the_event_loop(store, monkeypatch):
+    import adapter.scheduler.routes as routes
+
+    client, _ = make_client(store)
+    objs = [node_object("hot", "zone-b"), node_object("cool", "zone-a")]
+    small = client.post("/scheduler/filter", json=nodes_args(objs)).json()
+    assert routes.OFFLOAD_BODY_BYTES > len(json.dumps(nodes_args(objs)))
+    calls = []
+    real = routes.run_in_threadpool
+
+    async def spy(fn, *a):
+        calls.append(threading.current_thread().name)
+        return await real(fn, *a)
+
+    monkeypatch.setattr(routes, "run_in_threadpool", spy)
+    monkeypatch.setattr(routes, "OFFLOAD_BODY_BYTES", 10)
+    offloaded = client.post("/scheduler/filter", json=nodes_args(objs)).json()
+    assert len(calls) == 1
+    assert offloaded == small and [n["metadata"]["name"] for n in offloaded["nodes"]["items"]] == ["cool"]
