@@ -25,7 +25,7 @@ class CacheSettings:
 
     ttl_seconds: float = 2.0
     max_stale_seconds: float = 30.0
-    index_refresh_seconds: float = 15.0
+    index_refresh_seconds: float = 30.0
 
 
 @dataclass(frozen=True)

@@ -266,3 +266,35 @@ def test_openapi_documents_the_external_metrics_and_rest_routes():
     assert f"{EXT}/namespaces/{{namespace}}/{{metric}}" in paths
     assert "/api/v1/forecasts/{namespace}/{workload}" in paths
     assert json.dumps(paths)  # serialisable
+
+
+def test_the_cache_rereads_only_forecasts_whose_generation_moved(redis_url):
+    class CountingStore(RedisForecastStore):
+        reads: list = []
+
+        def latest_many(self, ids):
+            ids = list(ids)
+            self.reads.append(ids)
+            return super().latest_many(ids)
+
+    store = CountingStore(redis_url)
+    store.publish(sample_forecast("shop", "checkout", now=time.time(), p90=(3.0, 3.0, 3.0), observed=1.0))
+    store.publish(sample_forecast("shop", "cart", now=time.time(), p90=(1.0, 1.0, 1.0), observed=0.5))
+    app = create_app(AdapterSettings(cache=CacheSettings(ttl_seconds=0.2, max_stale_seconds=30)), store)
+
+    def cores(c, name):
+        return float(parse_quantity(c.get(value_url("predicted_cpu_cores", f"workload={name}")).json()["items"][0]["value"]))
+
+    with TestClient(app) as c:
+        assert cores(c, "checkout") == pytest.approx(3.0)
+        store.publish(sample_forecast("shop", "checkout", now=time.time(), p90=(6.0, 6.0, 6.0), observed=1.0))
+        store.reads.clear()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and cores(c, "checkout") != pytest.approx(6.0):
+            cores(c, "cart")
+            time.sleep(0.3)
+        assert cores(c, "checkout") == pytest.approx(6.0)
+        assert cores(c, "cart") == pytest.approx(1.0)
+    reread = {s for ids in store.reads for s in ids}
+    assert "shop/checkout" in reread
+    assert "shop/cart" not in reread  # asked for again and again, never re-parsed: its generation did not move
