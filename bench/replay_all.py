@@ -50,6 +50,16 @@ SWEEP_VARIANTS = {
 }
 
 
+EXPLORE_VARIANTS = {
+    "rec med p50 t0.70": ("predictive", {"model": "recurrence", "quantile": "p50", "target": 0.70}),
+    "rec med p50 t0.65": ("predictive", {"model": "recurrence", "quantile": "p50", "target": 0.65}),
+    "rec max p50 t0.70": ("predictive", {"model": "recurrence", "model_params": {"agg": "max"}, "quantile": "p50", "target": 0.70}),
+    "rec med p75 t0.75": ("predictive", {"model": "recurrence", "quantile": "p75", "target": 0.75}),
+    "ar p50 t0.60": ("predictive", {"model": "ar", "quantile": "p50", "target": 0.60}),
+    "ar p50 t0.65": ("predictive", {"model": "ar", "quantile": "p50", "target": 0.65}),
+}
+
+
 def load_series(min_days: float = 21.0):
     from forecaster.frames import series_arrays
     from forecaster.sources.csv import read_long_csv
@@ -82,7 +92,7 @@ def _replay_one(args):
     fcs = {}
     for name, (mode, over) in variants.items():
         cfg = replace(base, **over)
-        key = (cfg.model, tuple(sorted(dict(cfg.model_params).items())))
+        key = (cfg.model, repr(sorted(dict(cfg.model_params).items())))
         if key not in fcs:
             fcs[key] = walk_forward_forecasts(world, cfg)
         fc = fcs[key]
@@ -248,13 +258,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--every", type=int, default=1, help="replay every N-th series (tuning)")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--variants", default="main", choices=["main", "sweep", "all"])
+    ap.add_argument("--variants", default="main", choices=["main", "sweep", "explore", "all"])
     ap.add_argument("--startup", default="constant", choices=["constant", "lognormal"], help="pod start-up model (constant 60 s = the reference)")
     ap.add_argument("--tag", default="", help="suffix for the result files")
     args = ap.parse_args(argv)
     from tqdm import tqdm
 
-    variants = {"main": MAIN_VARIANTS, "sweep": {**MAIN_VARIANTS, **SWEEP_VARIANTS}, "all": {**MAIN_VARIANTS, **SWEEP_VARIANTS}}[args.variants]
+    variants = {"main": MAIN_VARIANTS, "sweep": {**MAIN_VARIANTS, **SWEEP_VARIANTS}, "explore": {**MAIN_VARIANTS, **EXPLORE_VARIANTS}, "all": {**MAIN_VARIANTS, **SWEEP_VARIANTS, **EXPLORE_VARIANTS}}[args.variants]
     series = load_series()[:: args.every]
     print(f"replaying {len(series)} series with {len(variants)} predictive variants, {len(REACTIVE_TARGETS)} reactive targets, oracle")
     t_start = time.time()

@@ -244,6 +244,9 @@ def walk_forward_forecasts(
     chosen: list[str] = []
     if model_factory is None and not selection:
         from forecaster.models import get_model
+        from replay.models import register
+
+        register()
 
         def model_factory():
             return get_model(cfg.model, **dict(cfg.model_params))
