@@ -13,7 +13,7 @@ measured client-side over one keep-alive connection (httpx, sequential: what one
 sees); req/s also with wrk (4 connections) when wrk is installed. Also reported: filter over
 5,000 names and prioritize in full ``Nodes`` mode (whole v1.Node objects, ~9 MB).
 
-    .venv/bin/python bench/scheduler_extender.py [--nodes 5000] [--requests 400]
+    .venv/bin/python bench/scheduler_extender.py [--nodes 5000] [--seconds 25]
 
 Saves bench/results/scheduler_extender.json and bench/results/scheduler_extender.png.
 """
@@ -155,29 +155,35 @@ POD = {"metadata": {"name": "web-7d4b9", "namespace": "shop", "uid": "p-1"},
                 "resources": {"requests": {"cpu": "100m"}}}]}}
 
 
-def measure(client, url: str, body: bytes, n: int, warmup: int, check) -> dict:
+def measure(client, url: str, body: bytes, n: int, warmup: int, check, seconds: float = 0.0) -> dict:
+    """``n`` sequential calls, or as many as fit in ``seconds`` when that is > 0 (long enough
+    to include the extender's background re-scores every 2 s and store re-reads every 10 s)."""
     import numpy as np
 
     for _ in range(warmup):
         r = client.post(url, content=body, headers={"content-type": "application/json"})
         r.raise_for_status()
     check(r)
-    lat = np.empty(n)
-    server = np.empty(n)
+    lat: list[float] = []
+    server: list[float] = []
     t_all = time.perf_counter()
-    for i in range(n):
+    while (len(lat) < n) if seconds <= 0 else (time.perf_counter() - t_all < seconds):
         t0 = time.perf_counter()
         r = client.post(url, content=body, headers={"content-type": "application/json"})
-        lat[i] = time.perf_counter() - t0
-        server[i] = float(r.headers.get("x-server-ms", "nan"))
+        lat.append(time.perf_counter() - t0)
+        server.append(float(r.headers.get("x-server-ms", "nan")))
         if r.status_code != 200:
             raise RuntimeError(f"{url}: HTTP {r.status_code}: {r.text[:200]}")
     wall = time.perf_counter() - t_all
+    n = len(lat)
+    lat = np.asarray(lat)
+    server = np.asarray(server)
     ms = lat * 1000
     return {
         "requests": n, "p50_ms": round(float(np.percentile(ms, 50)), 3), "p90_ms": round(float(np.percentile(ms, 90)), 3),
         "p99_ms": round(float(np.percentile(ms, 99)), 3), "max_ms": round(float(ms.max()), 3),
         "server_p50_ms": round(float(np.percentile(server, 50)), 3), "server_p99_ms": round(float(np.percentile(server, 99)), 3),
+        "server_max_ms": round(float(server.max()), 3), "_server_ms": server.tolist(),
         "req_per_s_sequential": round(n / wall, 1), "request_bytes": len(body), "response_bytes": len(r.content),
         "_latencies_ms": ms.tolist(),
     }
@@ -222,7 +228,7 @@ def shutil_which(name: str):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=5000)
-    ap.add_argument("--requests", type=int, default=400, help="sequential requests for ours")
+    ap.add_argument("--seconds", type=float, default=25.0, help="how long to call ours sequentially (covers background rebuilds)")
     ap.add_argument("--naive-requests", type=int, default=40)
     ap.add_argument("--wrk-seconds", type=int, default=8)
     args = ap.parse_args()
@@ -264,14 +270,14 @@ def main() -> int:
         results: dict = {"loadavg_1m_at_start": os.getloadavg()[0], "nodes": args.nodes, "server": "uvicorn 1 worker, uvloop+httptools, loopback, keep-alive",
                          "store": "Redis (real), 5,000 node forecasts", "cpu_count": os.cpu_count()}
         with httpx.Client(timeout=60) as client:
-            ours = measure(client, f"{base}/scheduler/prioritize", names_body, args.requests, 20, check_prioritize)
+            ours = measure(client, f"{base}/scheduler/prioritize", names_body, 0, 20, check_prioritize, seconds=args.seconds)
             naive = measure(client, f"{base}/naive/prioritize", names_body, args.naive_requests, 3, check_prioritize)
             a = client.post(f"{base}/scheduler/prioritize", content=names_body).json()
             b = client.post(f"{base}/naive/prioritize", content=names_body).json()
             # the snapshot is scored up to refresh_seconds earlier than the naive call, so a
             # node whose combined load sits on a rounding edge may differ by one point
             diffs = [abs(x["score"] - y["score"]) for x, y in zip(a, b)]
-            flt = measure(client, f"{base}/scheduler/filter", names_body, max(50, args.requests // 4), 5, check_filter)
+            flt = measure(client, f"{base}/scheduler/filter", names_body, 0, 5, check_filter, seconds=args.seconds / 2)
             full = measure(client, f"{base}/scheduler/prioritize", full_body, 20, 2, check_prioritize)
         results["ours_prioritize_nodenames"] = ours
         results["naive_prioritize_nodenames"] = naive
@@ -290,6 +296,9 @@ def main() -> int:
                 server.kill()
         redis.stop()
 
+    server_ms = results["ours_prioritize_nodenames"]["_server_ms"]
+    for k in ("ours_prioritize_nodenames", "naive_prioritize_nodenames", "ours_filter_nodenames", "ours_prioritize_full_nodes"):
+        results[k].pop("_server_ms")
     lat = {k: results[k].pop("_latencies_ms") for k in ("ours_prioritize_nodenames", "naive_prioritize_nodenames",
                                                         "ours_filter_nodenames", "ours_prioritize_full_nodes")}
     (RESULTS / "scheduler_extender.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -299,7 +308,7 @@ def main() -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4.2))
     for key, label in (("ours_prioritize_nodenames", "ours: prioritize (snapshot)"),
                        ("ours_filter_nodenames", "ours: filter (snapshot)"),
                        ("naive_prioritize_nodenames", "naive: prioritize (store per request)")):
@@ -311,12 +320,22 @@ def main() -> int:
     ax.set_ylabel("fraction of calls")
     ax.set_title("kube-scheduler extender over 5,000 nodes (uvicorn, loopback, keep-alive)")
     ax.legend(fontsize=8, loc="lower right")
+    seq = np.asarray(lat["ours_prioritize_nodenames"])
+    ax2.plot(np.arange(len(seq)), seq, lw=0.5, label="client-side")
+    ax2.plot(np.arange(len(seq)), server_ms, lw=0.5, label="server-side (x-server-ms)")
+    ax2.set_yscale("log")
+    ax2.legend(fontsize=8)
+    ax2.axhline(20, color="grey", ls="--", lw=1)
+    ax2.set_xlabel("call # (sequential, one keep-alive connection)")
+    ax2.set_ylabel("ms (log)")
+    ax2.set_title("ours, prioritize: spikes = background re-score (2 s) / store re-read (10 s) or other load")
+    ax2.title.set_fontsize(8)
     fig.tight_layout()
     fig.savefig(RESULTS / "scheduler_extender.png", dpi=120)
 
     def line(name, r):
         return (f"{name:32s} p50 {r['p50_ms']:8.2f} ms  p99 {r['p99_ms']:8.2f} ms  {r['req_per_s_sequential']:7.1f} req/s (1 conn)"
-                f"  | server p50 {r['server_p50_ms']:.2f} p99 {r['server_p99_ms']:.2f} ms")
+                f"  | server p50 {r['server_p50_ms']:.2f} p99 {r['server_p99_ms']:.2f} max {r['server_max_ms']:.1f} ms")
 
     print(line("ours   prioritize (NodeNames)", results["ours_prioritize_nodenames"]))
     print(line("naive  prioritize (NodeNames)", results["naive_prioritize_nodenames"]))
