@@ -1,0 +1,76 @@
+"""The warm pool's HTTP API (FastAPI), built by a factory around a running controller.
+
+  POST /api/v1/pools/{pool}/claim[?allow_cold=false]  -> {container_id, endpoint, cold_start, latency_ms}
+  POST /api/v1/pools/{pool}/release  {"container_id": ...}
+  GET  /api/v1/pools, /api/v1/pools/{pool}, /api/v1/coldstart
+  GET  /metrics (Prometheus), /healthz
+
+Handlers only read the controller's state or run a claim; they never query the forecast store.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from warmpool.controller import Controller
+
+
+def create_app(controller: "Controller"):
+    from fastapi import Body, FastAPI, HTTPException, Response
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+    from starlette.concurrency import run_in_threadpool
+
+    from warmpool.controller import ClaimFailed, NotClaimed, NoWarmContainer, UnknownPool
+
+    app = FastAPI(title="foresight warm pools", version="v1alpha1")
+
+    @app.post("/api/v1/pools/{pool}/claim")
+    async def claim(pool: str, allow_cold: bool = True):
+        try:
+            res = await run_in_threadpool(controller.claim, pool, allow_cold)
+        except UnknownPool as exc:
+            raise HTTPException(404, str(exc)) from None
+        except NoWarmContainer as exc:
+            raise HTTPException(409, str(exc)) from None
+        except ClaimFailed as exc:
+            raise HTTPException(503, str(exc)) from None
+        return res.as_dict()
+
+    @app.post("/api/v1/pools/{pool}/release")
+    async def release(pool: str, body: dict = Body(...)):
+        cid = body.get("container_id") if isinstance(body, dict) else None
+        if not isinstance(cid, str) or not cid:
+            raise HTTPException(422, 'body must be {"container_id": "<id from the claim>"}')
+        try:
+            c = await run_in_threadpool(controller.release, pool, cid)
+        except UnknownPool as exc:
+            raise HTTPException(404, str(exc)) from None
+        except NotClaimed as exc:
+            raise HTTPException(409, str(exc)) from None
+        return {"pool": pool, "container_id": c.id, "state": c.state, "deadline": c.deadline}
+
+    @app.get("/api/v1/pools")
+    def pools():
+        return controller.describe()
+
+    @app.get("/api/v1/pools/{pool}")
+    def pool(pool: str):
+        for p in controller.describe()["pools"]:
+            if p["pool"] == pool:
+                return p
+        raise HTTPException(404, f"unknown pool {pool!r}")
+
+    @app.get("/api/v1/coldstart")
+    def coldstart():
+        return {"runtime_classes": controller.coldstart_view()}
+
+    @app.get("/metrics")
+    def metrics():
+        return Response(generate_latest(controller.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz")
+    def healthz():
+        return {"ok": True}
+
+    return app

@@ -1,0 +1,184 @@
+"""Warm pods on Kubernetes. The only module that imports the ``kubernetes`` client.
+
+- pre-warm = create a pod with ``runtimeClassName`` and the pool's labels
+  (``foresight.dev/pool=<pool>``, ``foresight.dev/state=warm``); it is not selected by the
+  workload's Service yet;
+- claim = patch the labels (``state=claimed`` plus the workload's ``app`` label, which moves
+  the pod into the Service) with the pod's ``resourceVersion`` as a precondition: when two
+  claimers race, the API server accepts one patch and answers 409 to the other (Fission's
+  method), so a pod is never handed out twice, even across controller replicas;
+- release = patch back to ``state=warm`` and drop the workload label;
+- expire = delete.
+Idle time and deadline ride along as annotations, so a restarted controller adopts its pods.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from warmpool.backends.base import BackendError, ClaimConflict, CreateError
+from warmpool.policy import PoolSpec
+from warmpool.reconcile import Container
+
+POOL_LABEL = "foresight.dev/pool"
+STATE_LABEL = "foresight.dev/state"
+MANAGED_LABEL = "app.kubernetes.io/managed-by"
+IDLE_ANN = "foresight.dev/idle-since"
+DEADLINE_ANN = "foresight.dev/deadline"
+CLAIMED_ANN = "foresight.dev/claimed-since-idle"
+WORKLOAD_LABEL = "app"
+
+
+def make_api(host: str | None = None, kubeconfig: str | None = None, in_cluster: bool = False):
+    """A CoreV1Api for an explicit host (tests), a kubeconfig file, or the in-cluster config."""
+    if host:
+        cfg = k8s.Configuration(host=host)
+        return k8s.CoreV1Api(k8s.ApiClient(cfg))
+    if in_cluster:
+        k8s_config.load_incluster_config()
+        return k8s.CoreV1Api()
+    api_client = k8s_config.new_client_from_config(config_file=kubeconfig)
+    return k8s.CoreV1Api(api_client)
+
+
+def _f(v: Any) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+class KubernetesBackend:
+    name = "kubernetes"
+
+    def __init__(self, api=None, *, host: str | None = None, kubeconfig: str | None = None, in_cluster: bool = False, timeout_seconds: float = 10.0):
+        self.api = api or make_api(host, kubeconfig, in_cluster)
+        self.timeout = timeout_seconds
+
+    def _pod_body(self, pool: PoolSpec, cid: str, state: str, now: float, deadline: float) -> dict:
+        res = dict(pool.template.resources)
+        container: dict[str, Any] = {"name": "main", "image": pool.template.image, "command": list(pool.template.command)}
+        if res:
+            container["resources"] = {"requests": res, "limits": res}
+        labels = {POOL_LABEL: pool.name, STATE_LABEL: state, MANAGED_LABEL: "foresight-warmpool"}
+        if state == "claimed":
+            labels[WORKLOAD_LABEL] = pool.workload
+        spec: dict[str, Any] = {"containers": [container], "restartPolicy": "Always"}
+        if pool.runtime_class:
+            spec["runtimeClassName"] = pool.runtime_class
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": cid,
+                "labels": labels,
+                "annotations": {IDLE_ANN: repr(now), DEADLINE_ANN: repr(deadline), CLAIMED_ANN: "true" if state == "claimed" else "false"},
+            },
+            "spec": spec,
+        }
+
+    def _to_container(self, pool: PoolSpec, pod) -> Container | None:
+        md = pod.metadata
+        if md.deletion_timestamp is not None:
+            return None
+        labels = md.labels or {}
+        ann = md.annotations or {}
+        phase = (pod.status.phase if pod.status else None) or "Pending"
+        state = labels.get(STATE_LABEL, "warm")
+        if phase in ("Failed", "Succeeded", "Unknown"):
+            state = "dead"
+        elif phase == "Pending" and state == "warm":
+            state = "creating"
+        ip = pod.status.pod_ip if pod.status else None
+        created = md.creation_timestamp.timestamp() if md.creation_timestamp else time.time()
+        return Container(
+            id=md.name,
+            pool=pool.name,
+            state=state,
+            created_at=created,
+            idle_since=_f(ann.get(IDLE_ANN)) or created,
+            deadline=_f(ann.get(DEADLINE_ANN)),
+            endpoint=f"{ip}" if ip else f"pod://{pool.namespace}/{md.name}",
+            claimed_since_idle=ann.get(CLAIMED_ANN) == "true",
+            version=md.resource_version or "",
+        )
+
+    def list(self, pool: PoolSpec) -> list[Container]:
+        try:
+            pods = self.api.list_namespaced_pod(pool.namespace, label_selector=f"{POOL_LABEL}={pool.name}", _request_timeout=self.timeout)
+        except (ApiException, OSError) as exc:
+            raise BackendError(f"listing pods of pool {pool.name} failed: {exc}") from exc
+        out = []
+        for pod in pods.items:
+            c = self._to_container(pool, pod)
+            if c is not None:
+                out.append(c)
+        return out
+
+    def create(self, pool: PoolSpec, container_id: str, now: float, deadline: float) -> tuple[Container, Mapping[str, float]]:
+        t0 = time.perf_counter()
+        try:
+            pod = self.api.create_namespaced_pod(pool.namespace, self._pod_body(pool, container_id, "warm", now, deadline), _request_timeout=self.timeout)
+        except (ApiException, OSError) as exc:
+            # a failed create leaves nothing behind; a half-made pod would be listed and reaped
+            raise CreateError(f"creating pod {container_id} failed: {getattr(exc, 'status', '')} {getattr(exc, 'reason', exc)}") from exc
+        c = self._to_container(pool, pod)
+        assert c is not None
+        # the API call is what we measure here; the kubelet's start shows up as 'creating'
+        return c, {"sandbox": (time.perf_counter() - t0) * 1000.0}
+
+    def _patch(self, pool: PoolSpec, container: Container, labels: dict, annotations: dict):
+        body: dict[str, Any] = {"metadata": {"labels": labels, "annotations": annotations}}
+        if container.version:
+            body["metadata"]["resourceVersion"] = container.version
+        try:
+            return self.api.patch_namespaced_pod(container.id, pool.namespace, body, _request_timeout=self.timeout)
+        except ApiException as exc:
+            if exc.status == 409:
+                raise ClaimConflict(f"pod {container.id} changed under us (claimed elsewhere)") from exc
+            if exc.status == 404:
+                raise BackendError(f"pod {container.id} is gone") from exc
+            raise BackendError(f"patching pod {container.id} failed: {exc.status} {exc.reason}") from exc
+        except OSError as exc:
+            raise BackendError(f"patching pod {container.id} failed: {exc}") from exc
+
+    def claim(self, pool: PoolSpec, container: Container, now: float) -> Container:
+        pod = self._patch(pool, container, {STATE_LABEL: "claimed", WORKLOAD_LABEL: pool.workload}, {CLAIMED_ANN: "true"})
+        c = self._to_container(pool, pod)
+        if c is None:
+            raise BackendError(f"pod {container.id} is being deleted")
+        return c
+
+    def release(self, pool: PoolSpec, container: Container, now: float, deadline: float) -> Container:
+        pod = self._patch(
+            pool, container, {STATE_LABEL: "warm", WORKLOAD_LABEL: None},
+            {IDLE_ANN: repr(now), DEADLINE_ANN: repr(deadline), CLAIMED_ANN: "false"},
+        )
+        c = self._to_container(pool, pod)
+        if c is None:
+            raise BackendError(f"pod {container.id} is being deleted")
+        return c
+
+    def delete(self, pool: PoolSpec, container_id: str) -> None:
+        try:
+            self.api.delete_namespaced_pod(container_id, pool.namespace, _request_timeout=self.timeout)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise BackendError(f"deleting pod {container_id} failed: {exc.status} {exc.reason}") from exc
+        except OSError as exc:
+            raise BackendError(f"deleting pod {container_id} failed: {exc}") from exc
+
+    def cold_start(self, pool: PoolSpec, container_id: str, now: float) -> tuple[Container, Mapping[str, float]]:
+        t0 = time.perf_counter()
+        try:
+            pod = self.api.create_namespaced_pod(pool.namespace, self._pod_body(pool, container_id, "claimed", now, now), _request_timeout=self.timeout)
+        except (ApiException, OSError) as exc:
+            raise CreateError(f"creating pod {container_id} failed: {getattr(exc, 'status', '')} {getattr(exc, 'reason', exc)}") from exc
+        c = self._to_container(pool, pod)
+        assert c is not None
+        return c.replace(state="claimed"), {"sandbox": (time.perf_counter() - t0) * 1000.0}

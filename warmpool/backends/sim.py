@@ -1,0 +1,109 @@
+"""Discrete-event simulated containers: start latencies drawn from the cold-start model,
+time from an injected clock. For benchmarks, for ``foresight up`` where crun cannot run, and
+for controller tests that need faults on demand (``fail_creates``, ``kill``)."""
+
+from __future__ import annotations
+
+import random
+import threading
+from typing import Callable, Mapping
+
+from warmpool.backends.base import BackendError, ClaimConflict, CreateError
+from warmpool.coldstart import ColdStartModel
+from warmpool.policy import PoolSpec
+from warmpool.reconcile import Container
+
+
+class SimBackend:
+    name = "sim"
+
+    def __init__(self, clock: Callable[[], float], model: ColdStartModel | None = None, seed: int = 0):
+        self.clock = clock
+        self.model = model or ColdStartModel()
+        self.rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._containers: dict[str, Container] = {}
+        self._ready_at: dict[str, float] = {}
+        self._fail_creates = 0
+        self._fail_reason = "simulated creation failure"
+        self.created_total = 0
+        self.deleted_total = 0
+
+    # --- fault injection -------------------------------------------------------------------
+
+    def fail_creates(self, n: int, reason: str = "image not found") -> None:
+        with self._lock:
+            self._fail_creates = n
+            self._fail_reason = reason
+
+    def kill(self, container_id: str) -> None:
+        with self._lock:
+            c = self._containers[container_id]
+            self._containers[container_id] = c.replace(state="dead")
+
+    # --- protocol --------------------------------------------------------------------------
+
+    def list(self, pool: PoolSpec) -> list[Container]:
+        now = self.clock()
+        with self._lock:
+            out = []
+            for cid, c in sorted(self._containers.items()):
+                if c.pool != pool.name:
+                    continue
+                if c.state == "creating" and self._ready_at.get(cid, 0.0) <= now:
+                    ready = self._ready_at.pop(cid)
+                    ttl = (c.deadline or ready) - (c.idle_since or ready)
+                    c = c.replace(state="warm", idle_since=ready, deadline=ready + ttl)
+                    self._containers[cid] = c
+                out.append(c)
+            return out
+
+    def create(self, pool: PoolSpec, container_id: str, now: float, deadline: float):
+        with self._lock:
+            if self._fail_creates > 0:
+                self._fail_creates -= 1
+                raise CreateError(self._fail_reason)
+            ms = self.model.sample_ms(pool.runtime_class, self.rng)
+            c = Container(container_id, pool.name, "creating", created_at=now, idle_since=now, deadline=deadline, endpoint=f"sim://{container_id}")
+            self._containers[container_id] = c
+            self._ready_at[container_id] = now + ms / 1000.0
+            self.created_total += 1
+        return c, {"sandbox": ms}
+
+    def claim(self, pool: PoolSpec, container: Container, now: float) -> Container:
+        with self._lock:
+            cur = self._containers.get(container.id)
+            if cur is None or cur.state == "dead":
+                raise BackendError(f"container {container.id} is gone")
+            if cur.state == "claimed":
+                raise ClaimConflict(f"container {container.id} was claimed by someone else")
+            c = cur.replace(state="claimed", claimed_since_idle=True)
+            self._containers[container.id] = c
+            return c
+
+    def release(self, pool: PoolSpec, container: Container, now: float, deadline: float) -> Container:
+        with self._lock:
+            c = container.replace(state="warm", idle_since=now, deadline=deadline, claimed_since_idle=False)
+            self._containers[container.id] = c
+            return c
+
+    def delete(self, pool: PoolSpec, container_id: str) -> None:
+        with self._lock:
+            if self._containers.pop(container_id, None) is not None:
+                self.deleted_total += 1
+            self._ready_at.pop(container_id, None)
+
+    def cold_start(self, pool: PoolSpec, container_id: str, now: float):
+        with self._lock:
+            if self._fail_creates > 0:
+                self._fail_creates -= 1
+                raise CreateError(self._fail_reason)
+            ms = self.model.sample_ms(pool.runtime_class, self.rng)
+            c = Container(container_id, pool.name, "claimed", created_at=now, idle_since=now, deadline=now, endpoint=f"sim://{container_id}", claimed_since_idle=True)
+            self._containers[container_id] = c
+            self.created_total += 1
+        return c, {"sandbox": ms}
+
+    def container_ids(self) -> list[str]:
+        with self._lock:
+            return sorted(self._containers)

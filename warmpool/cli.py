@@ -1,0 +1,100 @@
+"""``foresight warmpool`` sub-commands (light module: heavy imports inside the run functions).
+
+  foresight warmpool run --policy F --store URL [--port P] [--state-dir D] [--interval S]
+  foresight warmpool validate F
+  foresight warmpool simulate --trace DIR [--demand single|concurrency] [--policy NAME|FILE ...] --out F.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from forecaster.errors import UserError
+
+DEFAULT_SIM_POLICIES = ["fixed:10", "fixed:60", "seed", "hybrid", "oracle", "foresight"]
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("warmpool", help="warm pools of pre-started containers, driven by forecasts")
+    sub = p.add_subparsers(dest="warmpool_command", metavar="SUBCOMMAND")
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+    r = sub.add_parser("run", help="run the warm-pool controller and its HTTP API")
+    r.add_argument("--policy", required=True, help="WarmPoolPolicy YAML (reloaded when it changes)")
+    r.add_argument("--store", required=True, help="forecast store URL: redis://HOST:PORT/DB or memory://")
+    r.add_argument("--port", type=int, default=8091, help="HTTP port for claim/release and /metrics (default 8091)")
+    r.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    r.add_argument("--state-dir", default=None, help="where local backends keep container state (adopted on restart)")
+    r.add_argument("--interval", type=float, default=5.0, help="seconds between reconcile rounds (default 5)")
+    r.add_argument("--kubeconfig", default=None, help="kubeconfig for the kubernetes backend (default: $KUBECONFIG or in-cluster)")
+    r.set_defaults(func=_run)
+
+    v = sub.add_parser("validate", help="check a policy file and print every problem with its path")
+    v.add_argument("policy")
+    v.set_defaults(func=_validate)
+
+    s = sub.add_parser("simulate", help="replay keep-alive policies on an Azure Functions trace folder")
+    s.add_argument("--trace", required=True, help="folder with azure2019_functions_{inv,run,mem}.csv.gz")
+    s.add_argument("--demand", action="append", choices=["single", "concurrency"], help="demand model (repeatable; default both)")
+    s.add_argument("--policy", action="append", metavar="NAME|FILE", help="fixed:MINUTES, seed, hybrid, oracle, foresight, or a policy YAML (repeatable; default: all)")
+    s.add_argument("--limit", type=int, default=None, help="replay only the first N functions")
+    s.add_argument("--out", required=True, help="CSV to write (one row per policy and demand model)")
+    s.set_defaults(func=_simulate)
+
+
+def _validate(args) -> int:
+    from warmpool.policy import load_policy
+
+    policy = load_policy(args.policy)  # raises ConfigError (a UserError) listing every problem
+    for p in policy.pools:
+        print(f"ok  pool {p.name}: {p.backend}/{p.runtime_class}, series {p.series}, warm {p.min_warm}..{p.max_warm}, "
+              f"lead {p.lead_seconds:g}s, idle TTL {p.idle_ttl.initial_seconds:g}s x (1-{p.idle_ttl.decay:g})^k >= {p.idle_ttl.floor_seconds:g}s")
+    print(f"{args.policy}: valid ({len(policy.pools)} pool(s))")
+    return 0
+
+
+def _simulate(args) -> int:
+    from tqdm import tqdm
+
+    from warmpool.keepalive import make_policy
+    from warmpool.tracesim import format_table, load_trace, replay_all, write_csv
+
+    policies = [make_policy(s) for s in (args.policy or DEFAULT_SIM_POLICIES)]
+    trace = load_trace(args.trace, limit=args.limit)
+    demands = args.demand or ["single", "concurrency"]
+    results = replay_all(trace, demands, policies, progress=lambda it: tqdm(it, leave=False, desc="minutes"))
+    print(format_table(results))
+    write_csv(results, args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _run(args) -> int:
+    import signal
+    import threading
+
+    from forecaster.store import open_store
+    from warmpool.api import create_app
+    from warmpool.coldstart import ColdStartModel
+    from warmpool.controller import Controller, ControllerSettings, PolicyWatcher
+    from warmpool.policy import load_policy
+    from warmpool.wiring import HttpServer, build_backends, default_state_dir
+
+    policy = load_policy(args.policy)
+    store = open_store(args.store)
+    state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
+    coldstart = ColdStartModel(policy.runtime_classes)
+    backends = build_backends(policy, state_dir, kubeconfig=args.kubeconfig, coldstart=coldstart)
+    ctl = Controller(policy, store, backends, settings=ControllerSettings(reconcile_interval_seconds=args.interval), coldstart=coldstart)
+    server = HttpServer(create_app(ctl), args.host, args.port).start()
+    print(f"warm pools {', '.join(p.name for p in policy.pools)} on {', '.join(sorted(backends))}; API on http://{args.host}:{server.port}", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        ctl.run(stop, PolicyWatcher(args.policy))
+    finally:
+        server.stop()
+    return 0

@@ -1,0 +1,81 @@
+"""Builds what the controller needs from a policy: the backends its pools name, a state
+directory, a threaded HTTP server. Shared by ``foresight warmpool run`` and ``foresight up``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from forecaster.errors import UserError
+from warmpool.policy import Policy
+
+log = logging.getLogger(__name__)
+
+
+def default_state_dir() -> Path:
+    env = os.environ.get("FORESIGHT_WARMPOOL_STATE_DIR")
+    if env:
+        return Path(env)
+    if os.geteuid() == 0:
+        return Path("/var/lib/foresight/warmpool")
+    return Path.home() / ".local" / "state" / "foresight" / "warmpool"
+
+
+def build_backends(policy: Policy, state_dir: str | Path, clock: Callable[[], float] = time.time, kubeconfig: str | None = None, coldstart=None) -> dict:
+    """One backend instance per backend name used by the policy (checked up front)."""
+    out: dict = {}
+    for name in sorted({p.backend for p in policy.pools}):
+        if name in ("crun", "runc"):
+            from warmpool.backends.crun import CrunBackend, probe
+
+            ok, why, _ = probe(name)
+            if not ok:
+                raise UserError(f"backend {name} cannot run containers here: {why}; use backend: sim to simulate")
+            out[name] = CrunBackend(Path(state_dir) / name, runtime=name)
+        elif name == "kubernetes":
+            from warmpool.backends.kubernetes import KubernetesBackend
+
+            in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not kubeconfig
+            out[name] = KubernetesBackend(kubeconfig=kubeconfig or os.environ.get("KUBECONFIG"), in_cluster=in_cluster)
+        elif name == "sim":
+            from warmpool.backends.sim import SimBackend
+
+            out[name] = SimBackend(clock, coldstart)
+        else:  # the policy checker already refuses this
+            raise UserError(f"unknown backend {name!r}")
+    return out
+
+
+class HttpServer:
+    """uvicorn in a daemon thread; ``stop()`` waits for it to finish."""
+
+    def __init__(self, app, host: str, port: int):
+        import uvicorn
+
+        self.config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
+        self.server = uvicorn.Server(self.config)
+        self.thread = threading.Thread(target=self.server.run, name="warmpool-http", daemon=True)
+
+    def start(self, timeout: float = 10.0) -> "HttpServer":
+        self.thread.start()
+        t_end = time.monotonic() + timeout
+        while not self.server.started and time.monotonic() < t_end and self.thread.is_alive():
+            time.sleep(0.02)
+        if not self.server.started:
+            raise UserError(f"the warm-pool API could not listen on {self.config.host}:{self.config.port}")
+        return self
+
+    @property
+    def port(self) -> int:
+        for s in self.server.servers:
+            for sock in s.sockets:
+                return sock.getsockname()[1]
+        return self.config.port
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
