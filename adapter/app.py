@@ -80,8 +80,15 @@ def status_response(code: int, message: str, headers: dict | None = None) -> Res
     return Response(status_body(code, message), status_code=code, media_type="application/json", headers=headers)
 
 
+_LAST_TS: list = [None, ""]
+
+
 def rfc3339(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+    sec = int(ts)
+    if _LAST_TS[0] != sec:  # one format per second on the hot path
+        _LAST_TS[1] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(sec))
+        _LAST_TS[0] = sec
+    return _LAST_TS[1]
 
 
 class _Metrics:
@@ -123,12 +130,6 @@ class _Metrics:
         self.store_errors = Counter(
             "foresight_adapter_store_errors_total", "Failed reads of the forecast store", registry=self.registry
         )
-        self.forecast_age = Histogram(
-            "foresight_adapter_forecast_age_seconds",
-            "Age of the forecasts behind served values",
-            registry=self.registry,
-            buckets=(15, 30, 60, 120, 300, 600, 1800, 3600),
-        )
         self._value_children: dict[tuple, Any] = {}
         self._children: dict[tuple, Any] = {}
 
@@ -144,14 +145,41 @@ class _Metrics:
                 "missing" if "no forecast" in r else "horizon" if "horizon" in r else "other"
             )
             self.fallbacks.labels(metric, cause).inc()
-        if fc is not None:
-            self.forecast_age.observe(max(0.0, now - fc.generated_at))
         key = (metric, ns, name, sv.source)
         gauge = self._value_children.get(key)
         if gauge is None and len(self._value_children) < self.MAX_VALUE_SERIES:
             gauge = self._value_children[key] = self.served.labels(metric, ns, name, sv.source)
         if gauge is not None:
             gauge.set(sv.value)
+
+
+class _ForecastAgeCollector:
+    """Forecast ages computed when /metrics is scraped (nothing on the request path)."""
+
+    def __init__(self, core: "AdapterCore") -> None:
+        self.core = core
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        now = self.core.clock()
+        limit = self.core.settings.metric.max_forecast_age_seconds
+        ages = [now - fc.generated_at for fc in self.core.cache.forecasts()]
+        oldest = GaugeMetricFamily("foresight_adapter_forecast_age_seconds",
+                                   "Age of the cached forecasts (max and min over workloads)", labels=["stat"])
+        oldest.add_metric(["max"], max(ages) if ages else 0.0)
+        oldest.add_metric(["min"], min(ages) if ages else 0.0)
+        yield oldest
+        stale = GaugeMetricFamily("foresight_adapter_stale_forecasts",
+                                  f"Cached forecasts older than {limit:g} s (served as observed)")
+        stale.add_metric([], sum(1 for a in ages if a > limit))
+        yield stale
+        fallback = GaugeMetricFamily("foresight_adapter_fallback_series", "Cached series with status fallback")
+        fallback.add_metric([], sum(1 for fc in self.core.cache.forecasts() if fc.status == "fallback"))
+        yield fallback
 
 
 class AdapterCore:
@@ -168,6 +196,7 @@ class AdapterCore:
             settings.workload_labels,
             on_store_error=lambda exc: self.metrics.store_errors.inc(),
         )
+        self.metrics.registry.register(_ForecastAgeCollector(self))
         self._responses: dict[tuple, tuple[float, int, bytes]] = {}
         self._response_ttl = min(1.0, settings.cache.ttl_seconds)
         self._selectors: dict[str, Any] = {}  # HPAs repeat the same few selectors
@@ -390,7 +419,10 @@ def _label_selector(query: bytes) -> str:
         return ""
     text = query.decode("latin-1")
     if text.startswith("labelSelector=") and "&" not in text:
-        return unquote_plus(text[14:], encoding="utf-8", errors="replace")
+        value = text[14:]
+        if "%" not in value and "+" not in value:
+            return value
+        return unquote_plus(value, encoding="utf-8", errors="replace")
     for k, v in parse_qsl(text, keep_blank_values=True):
         if k == "labelSelector":
             return v

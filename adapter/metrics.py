@@ -100,26 +100,20 @@ def observed_now(fc: Forecast | None) -> float | None:
     return _finite_non_negative(fc.observed[-1][1])
 
 
-def _curve(fc: Forecast, values: Sequence[float]) -> list[tuple[float, float]]:
-    pts = [(fc.origin + (i + 1) * fc.step_seconds, float(v)) for i, v in enumerate(values)]
-    last_obs = observed_now(fc)
-    if last_obs is not None:
-        pts.insert(0, (fc.origin, last_obs))
-    return pts
-
-
-def _interp(pts: list[tuple[float, float]], t: float) -> float:
-    """Piecewise-linear value at t; flat before the first and after the last knot."""
-    if t <= pts[0][0]:
-        return pts[0][1]
-    if t >= pts[-1][0]:
-        return pts[-1][1]
-    for (t0, v0), (t1, v1) in zip(pts, pts[1:]):
-        if t0 <= t <= t1:
-            if t1 == t0:
-                return max(v0, v1)
-            return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
-    return pts[-1][1]  # pragma: no cover - unreachable with sorted knots
+def _value_at(values: Sequence[float], origin: float, step: float, first: float | None, t: float) -> float:
+    """The piecewise-linear curve through (origin, first) and (origin+(i+1)*step, values[i])
+    at time t; flat before the first knot and after the last one."""
+    n = len(values)
+    x = (t - origin) / step - 1.0  # position in index space: knot i sits at x == i
+    lowest = -1.0 if first is not None else 0.0
+    if x <= lowest:
+        return first if first is not None else values[0]
+    if x >= n - 1:
+        return values[n - 1]
+    i0 = math.floor(x)
+    v0 = first if i0 < 0 else values[i0]
+    v1 = values[i0 + 1]
+    return v0 + (v1 - v0) * (x - i0)
 
 
 def predicted_demand(fc: Forecast, now: float, settings: MetricSettings) -> float | None:
@@ -133,14 +127,20 @@ def predicted_demand(fc: Forecast, now: float, settings: MetricSettings) -> floa
     values = fc.mean if settings.quantile == "mean" else fc.quantiles.get(settings.quantile)
     if not values:
         return None
-    pts = _curve(fc, values)
+    origin, step, n = fc.origin, fc.step_seconds, len(values)
+    last_t = origin + n * step
     start = float(now)
-    end = start + float(settings.lead_seconds)
-    if start > pts[-1][0]:
+    if start > last_t:
         return None
-    candidates = [_interp(pts, start), _interp(pts, min(end, pts[-1][0]))]
-    candidates += [v for t, v in pts if start < t < end]
-    best = max(candidates)
+    end = min(start + float(settings.lead_seconds), last_t)
+    first = observed_now(fc)
+    best = max(_value_at(values, origin, step, first, start), _value_at(values, origin, step, first, end))
+    # knots strictly inside the window (the curve's maxima lie on knots or the ends)
+    lo = max(0, math.ceil((start - origin) / step - 1.0))
+    hi = min(n - 1, math.floor((end - origin) / step - 1.0))
+    for i in range(lo, hi + 1):
+        if values[i] > best:
+            best = values[i]
     if not math.isfinite(best):
         return None
     return max(0.0, best)

@@ -20,6 +20,14 @@ _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei"
 
 def format_quantity(value: float | int | Decimal) -> str:
     """Canonical DecimalSI string of a finite, non-negative value (rounded up to 1n)."""
+    if type(value) is float and value >= 0 and math.isfinite(value):
+        text = repr(value)
+        if "e" not in text:  # exact integer arithmetic on the shortest repr (hot path)
+            whole, _, frac = text.partition(".")
+            nanos = int(whole) * 1_000_000_000 + int((frac[:9]).ljust(9, "0"))
+            if frac[9:].strip("0"):
+                nanos += 1  # below 1n: round up, as Kubernetes does
+            return _canonical(nanos)
     if isinstance(value, Decimal):
         dec = value
     else:
@@ -33,7 +41,10 @@ def format_quantity(value: float | int | Decimal) -> str:
         raise ValueError(f"quantity must be finite, got {value!r}")
     if dec < 0:
         raise ValueError(f"quantity must be >= 0, got {value!r}; negative values are never served")
-    nanos = int((dec * Decimal(10) ** 9).to_integral_value(rounding=ROUND_CEILING))
+    return _canonical(int((dec * Decimal(10) ** 9).to_integral_value(rounding=ROUND_CEILING)))
+
+
+def _canonical(nanos: int) -> str:
     if nanos == 0:
         return "0"
     exp = -9

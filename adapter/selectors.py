@@ -151,10 +151,19 @@ def _tokens(text: str) -> list[tuple[str, str, int]]:
     return out
 
 
+_SIMPLE = re.compile(r"^\s*([A-Za-z0-9][-A-Za-z0-9_./]*)\s*(==|=|!=)\s*([A-Za-z0-9._-]*)\s*$")
+
+
 def parse_selector(text: str | None) -> Selector:
     """Parse a selector string; empty or None selects everything."""
     if text is None:
         return Selector()
+    m = _SIMPLE.match(text)
+    if m is not None:  # the HPA's usual `deployment=checkout`: skip the tokenizer
+        key, op, value = m.groups()
+        _check_key(key, m.start(1))
+        _check_value(value, m.start(3))
+        return Selector((Requirement(key, "!=" if op == "!=" else "=", (value,)),))
     if len(text) > MAX_SELECTOR_LENGTH:
         raise SelectorError(f"label selector is {len(text)} characters long; the limit is {MAX_SELECTOR_LENGTH}")
     toks = _tokens(text)

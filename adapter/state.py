@@ -265,7 +265,7 @@ class ForecastCache:
     def labels(self, series_id: str, fc: Forecast | None) -> dict[str, str]:
         ns, _, name = series_id.partition("/")
         known = self._labels.get(ns, {}).get(name)
-        if known is not None and fc is None:
+        if known is not None:  # kept current whenever a forecast is (re)stored
             return known
         return labels_of(series_id, fc, self.configured.get(series_id))
 

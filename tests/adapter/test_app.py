@@ -196,7 +196,8 @@ def test_health_endpoints_and_prometheus_metrics():
         m = c.get("/metrics").text
     assert "foresight_adapter_request_duration_seconds_bucket" in m
     assert 'foresight_adapter_served_value{metric="predicted_cpu_cores",namespace="shop",source="forecast",workload="checkout"}' in m
-    assert "foresight_adapter_forecast_age_seconds_count 1.0" in m
+    assert 'foresight_adapter_forecast_age_seconds{stat="max"}' in m
+    assert "foresight_adapter_stale_forecasts 0.0" in m
 
 
 def test_readyz_fails_when_every_forecast_is_stale():

@@ -169,3 +169,43 @@ def test_served_values_are_always_finite_non_negative_and_floored(values, observ
         assert sv.value * max(pods, 1) * 0.25 >= sv.observed - 1e-9
     if sv.source == "forecast":
         assert sv.predicted is not None and sv.predicted <= max(values + ([observed] if observed is not None else [])) + 1e-9
+
+
+def _reference_predicted(fc, now, lead, quantile="p90"):
+    """Straightforward reference: build every knot, interpolate at the ends, take the max."""
+    values = fc.quantiles[quantile]
+    pts = [(fc.origin + (i + 1) * fc.step_seconds, v) for i, v in enumerate(values)]
+    if fc.observed:
+        pts.insert(0, (fc.origin, fc.observed[-1][1]))
+
+    def at(t):
+        if t <= pts[0][0]:
+            return pts[0][1]
+        if t >= pts[-1][0]:
+            return pts[-1][1]
+        for (t0, v0), (t1, v1) in zip(pts, pts[1:]):
+            if t0 <= t <= t1:
+                return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+
+    if now > pts[-1][0]:
+        return None
+    end = min(now + lead, pts[-1][0])
+    return max([at(now), at(end)] + [v for t, v in pts if now < t < end])
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(
+    values=st.lists(finite, min_size=1, max_size=24),
+    observed=st.one_of(st.none(), finite),
+    offset=st.floats(min_value=-200, max_value=1600),
+    lead=st.floats(min_value=0, max_value=900),
+    step=st.sampled_from([15.0, 60.0, 300.0]),
+)
+def test_the_fast_window_max_equals_the_straightforward_reference(values, observed, offset, lead, step):
+    fc = fc_of(values, observed=observed, step=step)
+    got = predicted_demand(fc, T0 + offset, MetricSettings(lead_seconds=lead))
+    want = _reference_predicted(fc, T0 + offset, lead)
+    if want is None:
+        assert got is None
+    else:
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-9)

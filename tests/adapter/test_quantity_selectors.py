@@ -103,3 +103,9 @@ def test_any_string_either_parses_or_raises_a_selector_error(text):
     except SelectorError:
         return
     assert parse_selector(str(sel)) == sel
+
+
+@hsettings(max_examples=500, deadline=None)
+@given(st.floats(min_value=0, max_value=1e15, allow_nan=False, allow_infinity=False))
+def test_the_float_fast_path_equals_the_exact_decimal_path(v):
+    assert format_quantity(v) == format_quantity(Decimal(repr(v)))
