@@ -1,0 +1,153 @@
+"""The runner around reconcile_once, on the sim backend with a fake clock."""
+
+import pytest
+import yaml
+
+from forecaster.store import MemoryForecastStore, make_forecast
+from tests.warmpool.conftest import make_policy
+from warmpool.backends.sim import SimBackend
+from warmpool.controller import Controller, NotClaimed, NoWarmContainer, PolicyWatcher, UnknownPool
+
+
+def publish(store, clock, values):
+    store.publish(make_forecast("demo/web", origin=clock(), step_seconds=60, mean=values, quantiles={"p90": values}, model="t", generated_at=clock()))
+
+
+def setup(clock, **pool):
+    policy = make_policy(**pool)
+    store = MemoryForecastStore()
+    sim = SimBackend(clock, seed=1)
+    ctl = Controller(policy, store, {"sim": sim}, clock=clock)
+    return ctl, store, sim
+
+
+def sample(ctl, name, **labels):
+    v = ctl.metrics.registry.get_sample_value(name, labels)
+    return 0.0 if v is None else v
+
+
+def settle(ctl, clock):
+    ctl.step()
+    clock.advance(2.0)  # sim containers are warm after their sampled start latency (< 1.1 s)
+    ctl.step()
+
+
+def test_the_controller_prewarms_the_forecast_target_and_claims_hand_them_out(clock):
+    ctl, store, sim = setup(clock)
+    publish(store, clock, [3.0])
+    settle(ctl, clock)
+    d = ctl.describe()["pools"][0]
+    assert (d["warm"], d["target_warm"]) == (3, 3)
+    r = ctl.claim("web")
+    assert not r.cold_start and r.endpoint.startswith("sim://")
+    assert ctl.describe()["pools"][0]["claimed"] == 1
+    assert sample(ctl, "foresight_warmpool_claims_total", pool="web", result="warm") == 1
+
+
+def test_idle_containers_expire_on_the_decaying_ttl_and_a_cold_start_resets_it(clock):
+    ctl, store, sim = setup(clock)
+    publish(store, clock, [2.0])
+    settle(ctl, clock)
+    publish(store, clock, [0.0])
+    clock.advance(117.0)  # 119 s after creation
+    ctl.step()
+    assert ctl.describe()["pools"][0]["warm"] == 2  # deadline 120 s after they became warm
+    clock.advance(2.0)
+    ctl.step()
+    d = ctl.describe()["pools"][0]
+    assert d["warm"] == 0 and d["ttl_decay_k"] == 2
+    assert d["next_idle_ttl_seconds"] == pytest.approx(120 * 0.85**2)
+    assert sample(ctl, "foresight_warmpool_expired_unused_total", pool="web") == 2
+    assert sample(ctl, "foresight_warmpool_wasted_container_seconds_total", pool="web") >= 2 * 119
+    r = ctl.claim("web")
+    assert r.cold_start
+    assert ctl.describe()["pools"][0]["ttl_decay_k"] == 0
+    assert sample(ctl, "foresight_warmpool_cold_starts_total", pool="web") == 1
+
+
+def test_a_released_container_ages_on_the_ttl_of_the_moment(clock):
+    ctl, store, sim = setup(clock, min_warm=1)
+    settle(ctl, clock)
+    r = ctl.claim("web")
+    clock.advance(30)
+    c = ctl.release("web", r.container_id)
+    assert c.state == "warm" and c.deadline == pytest.approx(clock() + 120)
+    with pytest.raises(NotClaimed):
+        ctl.release("web", r.container_id)
+    with pytest.raises(UnknownPool):
+        ctl.claim("nope")
+
+
+def test_with_nothing_warm_a_claim_can_refuse_instead_of_starting_cold(clock):
+    ctl, store, sim = setup(clock)
+    with pytest.raises(NoWarmContainer):
+        ctl.claim("web", allow_cold=False)
+
+
+def test_creation_failures_back_off_exponentially_mark_the_pool_degraded_and_leak_nothing(clock):
+    ctl, store, sim = setup(clock)
+    publish(store, clock, [2.0])
+    sim.fail_creates(3, "image not found: busybox:nope")
+    attempts = []
+    for _ in range(20):
+        before = sample(ctl, "foresight_warmpool_creation_failures_total", pool="web")
+        ctl.step()
+        if sample(ctl, "foresight_warmpool_creation_failures_total", pool="web") > before:
+            attempts.append(clock())
+        clock.advance(0.5)
+    # retries after 1 s, then 2 s, then 4 s
+    assert [round(b - a, 1) for a, b in zip(attempts, attempts[1:])] == [1.0, 2.0]
+    d = ctl.describe()["pools"][0]
+    assert d["degraded"] is False and d["warm"] + d["creating"] == 2
+    assert len(sim.container_ids()) == 2
+
+
+def test_a_pool_reports_degraded_while_creation_keeps_failing(clock):
+    ctl, store, sim = setup(clock)
+    publish(store, clock, [1.0])
+    sim.fail_creates(100)
+    ctl.step()
+    d = ctl.describe()["pools"][0]
+    assert d["degraded"] and ctl.metrics.registry.get_sample_value("foresight_warmpool_degraded", {"pool": "web"}) == 1
+    assert sim.container_ids() == []
+
+
+def test_a_dead_warm_container_is_detected_and_replaced(clock):
+    ctl, store, sim = setup(clock)
+    publish(store, clock, [2.0])
+    settle(ctl, clock)
+    victim = sim.container_ids()[0]
+    sim.kill(victim)
+    ctl.step()
+    ids = sim.container_ids()
+    assert victim not in ids and len(ids) == 2
+    assert sample(ctl, "foresight_warmpool_dead_replaced_total", pool="web") == 1
+
+
+def test_a_policy_reload_keeps_the_warm_containers_and_a_broken_file_keeps_the_old_policy(clock, tmp_path):
+    ctl, store, sim = setup(clock)
+    publish(store, clock, [2.0])
+    settle(ctl, clock)
+    before = sim.container_ids()
+    doc = {
+        "apiVersion": "foresight/v1alpha1", "kind": "WarmPoolPolicy",
+        "pools": [{"name": "web", "workload": {"namespace": "demo", "name": "web"}, "backend": "sim", "max_warm": 5, "lead_seconds": 30}],
+    }
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    w = PolicyWatcher(tmp_path / "p.yaml")
+    doc["pools"][0]["max_warm"] = 6
+    path.write_text(yaml.safe_dump(doc))
+    assert w.check(ctl)
+    ctl.step()
+    assert ctl.policy.pools[0].max_warm == 6 and sim.container_ids() == before
+    doc["pools"][0]["max_warm"] = -1
+    path.write_text(yaml.safe_dump(doc))
+    assert not w.check(ctl)
+    assert "max_warm" in ctl.policy_error and ctl.policy.pools[0].max_warm == 6
+
+
+def test_the_cold_start_model_is_exported_as_metrics(clock):
+    ctl, store, sim = setup(clock)
+    ctl.step()
+    assert sample(ctl, "foresight_warmpool_cold_start_model_seconds", runtime_class="crun", component="total", quantile="p90") == pytest.approx(0.136)
