@@ -158,12 +158,11 @@ def plot_forecasts(run, out_dir, models: list[str] | None = None, max_series: in
         have = list(origins[0].forecasts)
         show = [m for m in (models or ["auto", "persistence", "ar"]) if m in have] or have[:3]
         fig, ax = plt.subplots(figsize=(12, 4))
-        xs_all, ys_all = [], []
-        for o in origins:
-            x = o.origin + 1 + np.arange(len(o.actual))
-            xs_all.append(x)
-            ys_all.append(o.actual)
-        ax.plot(np.concatenate(xs_all), np.concatenate(ys_all), ".", color="black", ms=3, label="actual")
+        for j, o in enumerate(origins):
+            rec = o.recent if o.recent is not None else np.zeros(0)
+            x = o.origin + 1 - len(rec) + np.arange(len(rec) + len(o.actual))
+            ax.plot(x, np.concatenate([rec, o.actual]), "-", color="black", lw=0.8, label="actual" if j == 0 else None)
+            ax.axvline(o.origin + 0.5, color="0.85", lw=0.5)
         colors = {"auto": "tab:red", "persistence": "tab:gray", "ar": "tab:blue"}
         for m in show:
             for j, o in enumerate(origins):
@@ -174,7 +173,7 @@ def plot_forecasts(run, out_dir, models: list[str] | None = None, max_series: in
                 if "p90" in q and m == show[0]:
                     ax.plot(x, q["p90"], "--", color=c, lw=0.8, label=f"{m} p90" if j == 0 else None)
         ax.set_title(f"{sid}: forecasts at each origin (h = 1..{len(origins[0].actual)})")
-        ax.set_xlabel("point index (5-min steps)")
+        ax.set_xlabel("point index (5-min steps); 3 h of context before each origin")
         ax.legend(loc="upper left", fontsize=8)
         fig.tight_layout()
         f = out / f"{_safe(sid)}.png"

@@ -87,6 +87,7 @@ class OriginForecasts:
     scale: float
     forecasts: dict[str, tuple[np.ndarray, dict[str, np.ndarray]]]  # model -> (mean, quantiles)
     chosen: str = ""  # what auto picked
+    recent: np.ndarray | None = None  # the last points before the origin (for plots)
 
 
 def _fit_predict_all(
@@ -138,10 +139,10 @@ def _fit_predict_all(
         else:
             pool, best = choose(sub, actual, scale, settings.selection)
             scores = {r.name: r.score for r in pool}
-            m = build_model(best, sub)
-            if best.model is None:  # a combination: members already calibrated+updated above
-                m.calibrate(conformal_offsets(actual - best.means, qs))
-                m.update(yc, tsc)
+            m = build_model(best, sub)  # standalone rows above already predicted with it
+            m.set_bias(best.shift)
+            m.calibrate(conformal_offsets(actual - best.means, qs))  # means include the shift
+            m.update(yc, tsc)
             p = m.predict(H, qs)
             chosen = best.name
         out["auto"] = (p.mean, dict(p.quantiles))
@@ -375,5 +376,6 @@ def _backtest_timed(sid, ts, v, protos, settings, auto, auto_cands, per_model_ti
             continue
         fc, chosen, _ = _fit_predict_all(tr_y, tr_ts, by_name, settings, cand_names if auto else None, per_model_time)
         fc = {k: v for k, v in fc.items() if k in wanted or k == "auto"}
-        out.append(OriginForecasts(o, y[o + 1 : o + 1 + settings.horizon], naive_scale(tr_y), fc, chosen))
+        out.append(OriginForecasts(o, y[o + 1 : o + 1 + settings.horizon], naive_scale(tr_y), fc, chosen,
+                                   recent=y[max(0, o - 35) : o + 1]))
     return out

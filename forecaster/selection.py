@@ -26,7 +26,19 @@ from forecaster.models.base import season_length
 from forecaster.models.combo import Combination
 from forecaster.store import quantile_key
 
-DEFAULT_CANDIDATES = ("persistence", "moving_average", "ar", "ar_log")
+DEFAULT_CANDIDATES = (
+    "persistence",
+    "moving_average_3",
+    "moving_average_6",
+    "moving_average",
+    "moving_average_36",
+    "ar",
+    "ar_log",
+    "ar_log_6",
+    "ar_log_24",
+    "ar_log_noseason",
+    "ets",
+)
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,7 @@ class SelectionSettings:
     validation_stride: int = 3
     min_history_days: float = 2.0
     combine: bool = True
+    bias_correct: bool = True
 
     def weights(self, h: int) -> np.ndarray:
         if self.horizon_weights is None:
@@ -61,6 +74,7 @@ class CandidateResult:
     score: float = math.inf
     error: str = ""
     seconds: float = 0.0  # fit + validation forecasts
+    shift: np.ndarray | None = None  # per-horizon point-forecast shift chosen with it
 
 
 @dataclass
@@ -157,19 +171,30 @@ def choose(
     scale: float,
     settings: SelectionSettings = SelectionSettings(),
 ) -> tuple[list[CandidateResult], CandidateResult]:
-    """Best of the candidates and (if ``combine``) of the equal-weight pairs of candidates."""
+    """Best of the candidates and (if ``combine``) of the equal-weight pairs of candidates.
+
+    With ``bias_correct`` every entry is scored after shifting its forecasts by its median
+    validation residual per horizon (a median forecast is what absolute error rewards; on
+    bursty CPU series AR and moving averages are pulled up by spikes). The shift is part of
+    the choice and travels with the chosen model (``Model.set_bias``)."""
     ok = [r for r in results if r.model is not None]
     if not ok:
         raise ModelError("every candidate failed: " + "; ".join(f"{r.name}: {r.error}" for r in results))
     w = settings.weights(actual.shape[1])
-    pool = list(ok)
+    wsum = w.sum()
+
+    def scored(name, model, means):
+        shift = None
+        if settings.bias_correct:
+            shift = np.median(actual - means, axis=0)
+            means = means + shift
+        mase = np.mean(np.abs(actual - means), axis=0) / scale
+        return CandidateResult(name, model, means, mase, float(np.sum(w * mase) / wsum), shift=shift)
+
+    pool = [scored(r.name, r.model, r.means) for r in ok]
     if settings.combine:
         for a, b in itertools.combinations(ok, 2):
-            if "persistence" in (a.name, b.name):
-                continue
-            means = 0.5 * (a.means + b.means)
-            mase = np.mean(np.abs(actual - means), axis=0) / scale
-            pool.append(CandidateResult(f"{a.name}+{b.name}", None, means, mase, float(np.sum(w * mase) / w.sum())))
+            pool.append(scored(f"{a.name}+{b.name}", None, 0.5 * (a.means + b.means)))
     best = min(pool, key=lambda r: r.score)
     return pool, best
 
@@ -218,8 +243,8 @@ def select_and_fit(
     except ModelError as exc:
         return fallback(f"{exc}; using persistence")
     model = build_model(best, results)
-    resid = actual - best.means
-    model.calibrate(conformal_offsets(resid, quantiles))
+    model.set_bias(best.shift)
+    model.calibrate(conformal_offsets(actual - best.means, quantiles))  # best.means include the shift
     model.update(yc, ts)
     failed = [f"{r.name} ({r.error})" for r in results if r.model is None]
     reason = f"selected {best.name} (validation MASE {best.score:.3f})"

@@ -120,6 +120,7 @@ class Model:
         self.degraded_: str = ""
         self.offsets_: dict[str, np.ndarray] | None = None
         self.calibrated_ = False
+        self.bias_: np.ndarray | None = None  # per-horizon shift of the point forecast
         self.nonneg_ = True
         self.hist_: np.ndarray = np.zeros(0)
         self.last_ts_: float | None = None
@@ -139,6 +140,7 @@ class Model:
         self.degraded_ = ""
         self.offsets_ = None
         self.calibrated_ = False
+        self.bias_ = None
         if len(y) < self.min_points:
             self.degraded_ = (
                 f"{self.name}: {len(y)} points < {self.min_points} needed; forecasting the last value"
@@ -168,7 +170,18 @@ class Model:
         if h < 1:
             raise ModelError(f"horizon must be >= 1 (got {h})")
         mean = self._safe_mean(self.hist_, h)
+        if self.bias_ is not None and len(self.bias_):
+            b = np.asarray(self.bias_, dtype="float64")[:h]
+            b = np.concatenate([b, np.full(h - len(b), b[-1])]) if len(b) < h else b
+            mean = self._sanitize_block((mean + np.where(np.isfinite(b), b, 0.0))[None, :], mean[-1:])[0]
         return Prediction(mean=mean, quantiles=self._quantiles(mean, h, quantiles))
+
+    def set_bias(self, bias: Sequence[float] | None) -> "Model":
+        """Shift the point forecast by ``bias[h-1]`` at each horizon (e.g. the median
+        validation residual: turns a mean-like forecast into a median one, which is what
+        absolute error rewards)."""
+        self.bias_ = None if bias is None else np.asarray(bias, dtype="float64")
+        return self
 
     def calibrate(self, offsets: Mapping[str, Sequence[float]]) -> "Model":
         """Use these per-horizon quantile offsets (added to the mean) from now on."""

@@ -1,6 +1,6 @@
 """A GLOBAL LSTM: one network trained across a fleet of series (torch, CPU, imported here only).
 
-- Input: the last ``window`` points (default 72 = 6 h) scaled relative to the recent window
+- Input: the last ``window`` points (default 48 = 4 h) scaled relative to the recent window
   (centre = mean of the last 12 points, scale = mean absolute one-step change of the window),
   so a level shift does not break it; per step also time-of-day and day-of-week (sin/cos).
   Besides the sequence, the head sees the same-time-yesterday values of the H target steps
@@ -43,9 +43,9 @@ class GlobalLSTM(Model):
     name = "lstm"
     min_points = 30
 
-    DEFAULTS = dict(window=72, hidden=32, epochs=12, batch=256, lr=3e-3, threads=2, stride=3,
-                    max_windows_per_series=500, val_fraction=0.15, patience=2, seed=0,
-                    train_quantiles=(0.5, 0.9), horizon=12, max_seconds=600.0)
+    DEFAULTS = dict(window=48, hidden=32, epochs=10, batch=256, lr=3e-3, threads=2, stride=3,
+                    max_windows_per_series=200, val_fraction=0.15, patience=2, seed=0,
+                    train_quantiles=(0.5, 0.9), horizon=12, max_seconds=420.0)
 
     def __init__(self, **params):
         super().__init__(**params)

@@ -1,0 +1,232 @@
+"""Forecast accuracy benchmark: the walk-forward protocol of ../shared/data/README.md over every
+series in $FORESIGHT_DATA_DIR/cpu (115 series), all models side by side in ONE run, plus the
+cost of refreshing 1,000 series' forecasts from new data.
+
+    .venv/bin/python bench/forecast_accuracy.py                 # full run (all series, all models)
+    .venv/bin/python bench/forecast_accuracy.py --series 30     # a fixed random subset while iterating
+
+Writes bench/results/forecast_accuracy.{json,csv}, forecast_accuracy_summary.csv and
+forecast_accuracy.png; prints the summary table and the issue's targets with pass/fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from bench.common import RESULTS, data_dir, save_json  # noqa: E402
+
+ALL_MODELS = "auto,persistence,seasonal_naive,moving_average,ets,ar,ar_log,prophet,lstm"
+TARGETS = {
+    "auto_mean_mase_median_max": 0.78,
+    "auto_skill_min": 0.18,
+    "auto_skill_h6_min": 0.08,
+    "auto_skill_h12_min": 0.05,
+    "coverage_p90_range": (0.85, 0.95),
+    "full_run_minutes_max": 30.0,
+    "refresh_1000_seconds_max": 5.0,
+}
+
+
+def load_all(n: int | None, seed: int = 0) -> pd.DataFrame:
+    from forecaster.sources.csv import read_long_csv
+
+    files = sorted((data_dir() / "cpu").glob("*.csv.gz"))
+    if not files:
+        raise SystemExit(f"no cpu/*.csv.gz under {data_dir()}")
+    df = pd.concat([read_long_csv(f) for f in files], ignore_index=True)
+    ids = sorted(df["series_id"].unique())
+    if n is not None and n < len(ids):
+        pick = sorted(np.random.default_rng(seed).choice(ids, n, replace=False))
+        df = df[df["series_id"].isin(pick)]
+    return df
+
+
+def refresh_benchmark(frame: pd.DataFrame, n_series: int = 1000, fit_series: int = 40) -> dict:
+    """Fit ``fit_series`` real series with auto (the heavy step), replicate the fitted states to
+    ``n_series`` ids, then time ONE refresh round of all of them from new data (one new
+    point each, last 14 days of history passed in, published to the in-memory store)."""
+    from forecaster.frames import regularize, series_arrays
+    from forecaster.store import MemoryForecastStore
+    from forecaster.training import Trainer
+
+    arrays = [(sid, ts[-4032:], v[-4032:]) for sid, ts, v in series_arrays(regularize(frame, 300))]
+    arrays = arrays[:fit_series]
+    store = MemoryForecastStore()
+    tr = Trainer(store, models=("auto",))
+    t0 = time.perf_counter()
+    for sid, ts, v in arrays:
+        tr.fit(sid, ts[:-1], v[:-1])
+    fit_s = time.perf_counter() - t0
+    data = {}
+    for i in range(n_series):
+        sid, ts, v = arrays[i % len(arrays)]
+        key = f"fleet/{i:04d}-{sid}"
+        tr._states[key] = copy.deepcopy(tr._states[sid])
+        tr._states[key].series_id = key
+        data[key] = (ts, v)
+    # one refresh round from the new data, then time a second (steady state) round
+    t0 = time.perf_counter()
+    for key, (ts, v) in data.items():
+        tr.refresh(key, ts[:-1], v[:-1])
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for key, (ts, v) in data.items():
+        tr.refresh(key, ts, v)
+    second = time.perf_counter() - t0
+    models = pd.Series([tr._states[k].model_name for k in data]).value_counts().head(8).to_dict()
+    return {
+        "series": n_series,
+        "fit_seconds_per_series": fit_s / len(arrays),
+        "refresh_round_seconds": second,
+        "refresh_first_round_seconds": first,
+        "refresh_ms_per_series": 1000 * second / n_series,
+        "published": len(store.list_series()),
+        "models_in_fleet": models,
+    }
+
+
+def plot(summary: pd.DataFrame, rows: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    order = summary.sort_values("mean_mase_median").index
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    ax = axes[0]
+    ax.barh(list(order), summary.loc[order, "mean_mase_median"], color=["tab:red" if m == "auto" else "tab:blue" for m in order])
+    ax.axvline(TARGETS["auto_mean_mase_median_max"], color="k", ls="--", lw=1, label="target <= 0.78")
+    ax.set_xlabel("median over series of mean MASE (h = 1..12)")
+    ax.invert_yaxis()
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    per_h = rows.groupby(["model", "h"])["mase"].median().unstack(0)
+    for m in order:
+        ax.plot(per_h.index, per_h[m], marker="o", ms=3, lw=2.5 if m == "auto" else 1, label=m)
+    ax.set_xlabel("h (5-minute steps)")
+    ax.set_ylabel("median MASE")
+    ax.legend(fontsize=7, ncol=2)
+    ax = axes[2]
+    if "skill_median" in summary:
+        ax.barh(list(order), summary.loc[order, "skill_median"], color=["tab:red" if m == "auto" else "tab:green" for m in order])
+        ax.axvline(TARGETS["auto_skill_min"], color="k", ls="--", lw=1, label="target >= 18%")
+        ax.set_xlabel("median skill vs persistence (1 - MAE/MAE_persistence), h = 1..12")
+        ax.invert_yaxis()
+        ax.legend(fontsize=8)
+    fig.suptitle("Walk-forward backtest: last 7 days, origins every 12 h, <= 14 days training")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--series", type=int, default=None, help="random subset of N series (default: all)")
+    ap.add_argument("--models", default=ALL_MODELS)
+    ap.add_argument("--lstm-epochs", type=int, default=10)
+    ap.add_argument("--name", default="forecast_accuracy", help="result file prefix in bench/results/")
+    ap.add_argument("--refresh-series", type=int, default=1000)
+    ap.add_argument("--no-refresh", action="store_true")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(2)
+    from forecaster.cli_models import format_summary
+    from forecaster.evaluation import RESULT_COLUMNS, BacktestSettings, run_backtest
+    from forecaster.selection import DEFAULT_CANDIDATES, SelectionSettings
+
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    frame = load_all(args.series)
+    n_series = frame["series_id"].nunique()
+    cands = DEFAULT_CANDIDATES + (("lstm",) if "lstm" in models else ())
+    settings = BacktestSettings(selection=SelectionSettings(candidates=cands))
+    print(f"{n_series} series from {data_dir() / 'cpu'}; models: {', '.join(models)}; auto candidates: {', '.join(cands)}")
+    t0 = time.perf_counter()
+    run = run_backtest(frame, models, settings, progress=True, lstm_params={"epochs": args.lstm_epochs})
+    wall = time.perf_counter() - t0
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    run.rows[RESULT_COLUMNS].to_csv(RESULTS / f"{args.name}.csv", index=False)
+    summary = run.summary.copy()
+    for m, t in run.timings.items():
+        if m in summary.index:
+            summary.loc[m, "fit_predict_seconds_per_series"] = t["seconds_per_series"]
+    summary.to_csv(RESULTS / f"{args.name}_summary.csv")
+    plot(summary, run.rows, RESULTS / f"{args.name}.png")
+    print()
+    print(format_summary(summary))
+    print()
+    print("fit+predict seconds per series (all 14 origins):")
+    for m, t in sorted(run.timings.items()):
+        print(f"  {m:<24} {t.get('seconds_per_series', t.get('seconds', 0.0)):8.2f}")
+
+    refresh = None
+    if not args.no_refresh:
+        refresh = refresh_benchmark(frame, args.refresh_series)
+        print(f"\nrefresh of {refresh['series']} series: {refresh['refresh_round_seconds']:.2f} s "
+              f"({refresh['refresh_ms_per_series']:.2f} ms/series); fit {refresh['fit_seconds_per_series']:.2f} s/series")
+
+    checks = {}
+    if "auto" in summary.index:
+        a = summary.loc["auto"]
+        singles = summary.drop(index="auto")
+        checks = {
+            "auto_mean_mase_median<=0.78": bool(a["mean_mase_median"] <= TARGETS["auto_mean_mase_median_max"]),
+            "auto_below_every_single_model": bool((a["mean_mase_median"] < singles["mean_mase_median"]).all()),
+            "auto_skill>=18%": bool(a.get("skill_median", np.nan) >= TARGETS["auto_skill_min"]),
+            "auto_skill_h6>=8%": bool(a.get("skill_h6_median", np.nan) >= TARGETS["auto_skill_h6_min"]),
+            "auto_skill_h12>=5%": bool(a.get("skill_h12_median", np.nan) >= TARGETS["auto_skill_h12_min"]),
+            "auto_p90_coverage_in_0.85-0.95": bool(0.85 <= a["coverage_p90_median"] <= 0.95),
+        }
+    if args.series is None:
+        checks["full_run_under_30_min"] = wall / 60 <= TARGETS["full_run_minutes_max"]
+    if refresh:
+        checks["refresh_1000_under_5_s"] = refresh["refresh_round_seconds"] <= TARGETS["refresh_1000_seconds_max"]
+    print(f"\nwall time {wall / 60:.1f} min, peak memory {peak_mb:.0f} MB")
+    for k, v in checks.items():
+        print(f"  {'PASS' if v else 'FAIL'}  {k}")
+    try:
+        import os
+
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    save_json(
+        args.name,
+        {
+            "command": "python bench/forecast_accuracy.py" + (f" --series {args.series}" if args.series else ""),
+            "series": int(n_series),
+            "models": models,
+            "auto_candidates": list(cands),
+            "protocol": "last 7 days, origins every 12 h, <= 14 days training per origin, h = 1..12 (5-60 min)",
+            "summary": json.loads(summary.to_json(orient="index")),
+            "timings": run.timings,
+            "lstm_training": run.lstm_report,
+            "wall_seconds": wall,
+            "peak_memory_mb": peak_mb,
+            "load_average_at_end": load,
+            "refresh": refresh,
+            "targets": {k: list(v) if isinstance(v, tuple) else v for k, v in TARGETS.items()},
+            "checks": checks,
+        },
+    )
+    print(f"saved bench/results/{args.name}.json, .csv, _summary.csv, .png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
