@@ -30,6 +30,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=30.0, help="per-request timeout in seconds")
     p.set_defaults(func=run_history)
 
+    n = sub.add_parser(
+        "nodes",
+        help="forecast node and zone CPU utilization for the scheduler extender",
+        description=(
+            "Every interval: read node-exporter CPU and kube-state-metrics node labels from "
+            "Prometheus, forecast per node (node/<name>) and per zone (zone/<zone>), publish to "
+            "the store that `foresight serve` reads."
+        ),
+    )
+    n.add_argument("--source", required=True, help="prometheus://HOST:PORT or http(s)://thanos-query:10902")
+    n.add_argument("--store", default="memory://", help="redis://HOST:PORT/DB (memory:// only for a dry run)")
+    n.add_argument("--interval", type=float, default=60.0, help="seconds between cycles")
+    n.add_argument("--once", action="store_true", help="run one cycle and exit")
+    n.add_argument("--bearer-token-file")
+    n.add_argument("--ca-file")
+    n.set_defaults(func=run_nodes)
+
 
 def run_history(args: argparse.Namespace) -> int:
     from forecaster.sources.csv import write_long_csv
@@ -60,4 +77,23 @@ def run_history(args: argparse.Namespace) -> int:
         f"wrote {len(frame)} points ({n_series} series, {n_nan} gaps) in {src.requests_made} request(s) to {args.out}",
         file=sys.stderr,
     )
+    return 0
+
+
+def run_nodes(args: argparse.Namespace) -> int:
+    from forecaster.nodes import NodeForecastSettings, run_nodes_schedule, train_nodes_once
+    from forecaster.sources.prometheus import PrometheusSource
+    from forecaster.store import open_store
+
+    src = PrometheusSource(args.source, bearer_token_file=args.bearer_token_file, ca_file=args.ca_file)
+    store = open_store(args.store)
+    try:
+        if args.once:
+            rep = train_nodes_once(src, store, settings=NodeForecastSettings())
+            print(f"published {len(rep.nodes)} node and {len(rep.zones)} zone forecasts "
+                  f"({len(rep.fallbacks)} on fallback, {len(rep.unresolved)} unresolved instances)")
+            return 0 if rep.nodes else 1
+        run_nodes_schedule(src, store, NodeForecastSettings(), interval_seconds=args.interval)
+    finally:
+        store.close()
     return 0

@@ -159,16 +159,20 @@ class NodeInventory:
         return None
 
 
-# A value ends at the quote followed by the next `,key="` or the closing brace, so values with
-# unescaped quotes (series_name does not escape) still parse.
-_LABEL_RE = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="(.*?)"(?=,[A-Za-z_][A-Za-z0-9_]*="|\}$)')
+# ``series_name`` escapes values the PromQL way (\\, \", \n); parse them back exactly.
+_LABEL_RE = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+_UNESCAPE = {"\\": "\\", '"': '"', "n": "\n"}
+
+
+def _unescape(v: str) -> str:
+    return re.sub(r"\\(.)", lambda m: _UNESCAPE.get(m.group(1), m.group(1)), v)
 
 
 def labels_from_series_name(name: str) -> dict[str, str]:
     """Inverse of ``forecaster.sources.prometheus.series_name`` for ``{a="x",b="y"}`` names."""
     brace = name.find("{")
     body = name[brace:].strip() if brace >= 0 else ""
-    return dict(_LABEL_RE.findall(body))
+    return {k: _unescape(v) for k, v in _LABEL_RE.findall(body)}
 
 
 # --------------------------------------------------------------------------------------------

@@ -87,7 +87,10 @@ def series_name(labels: Mapping[str, str]) -> str:
     if items and items[0][0] == "__name__":
         name = items[0][1]
         items = items[1:]
-    return name + "{" + ",".join(f'{k}="{v}"' for k, v in items) + "}"
+    def esc(v: str) -> str:  # PromQL string escaping, so the id parses back unambiguously
+        return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    return name + "{" + ",".join(f'{k}="{esc(v)}"' for k, v in items) + "}"
 
 
 class PrometheusSource:
