@@ -200,12 +200,13 @@ def parse_policy(data: Any, source: str = "<policy>") -> Policy:
     )
     for i, item in enumerate(raw or []):
         p = f"pools[{i}]"
+        if isinstance(item, dict) and isinstance(item.get("name"), str) and _DNS.fullmatch(item["name"]):
+            p = f"pools[{item['name']}]"  # paths name the pool once its name is readable
         d = c.mapping(item, p, pool_keys, required=("name", "workload"))
         if not isinstance(item, dict):
             continue
         name = c.string(d, "name", p, "", pattern=_DNS, hint="must be a lowercase DNS label (a-z, 0-9, '-')")
         if name:
-            p = f"pools[{name}]"
             if name in seen:
                 c.add(p, f"pool {name!r} is listed twice; pool names are unique")
             seen.add(name)

@@ -1,0 +1,111 @@
+"""`foresight warmpool` commands, the embedded runner for `foresight up`, and layering."""
+
+import ast
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from forecaster.store import MemoryForecastStore, make_forecast
+from foresight.cli import main
+from warmpool.embedded import EXAMPLE_POLICY, start_embedded
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_validate_prints_each_pool_for_a_good_policy_and_every_problem_for_a_bad_one(tmp_path, capsys):
+    assert main(["warmpool", "validate", str(EXAMPLE_POLICY)]) == 0
+    assert "valid (1 pool(s))" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: foresight/v1alpha1\nkind: WarmPoolPolicy\npools:\n  - name: x\n    workload: {namespace: a, name: b}\n    max_warm: -1\n    lead: 3\n")
+    assert main(["warmpool", "validate", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "pools[x].max_warm: -1 must be in [0, inf]" in err and "pools[x].lead: unknown key" in err
+
+
+def test_embedded_pool_runs_on_the_sim_backend_and_says_so():
+    store = MemoryForecastStore()
+    now = time.time()
+    store.publish(make_forecast("demo/web", origin=now, step_seconds=60, mean=[1.0] * 3, quantiles={"p90": [1.0] * 3}, model="t", generated_at=now))
+    h = start_embedded(store, port=0, force_sim=True, interval_seconds=0.05)
+    try:
+        assert h.describe()["mode"].startswith("sim:")
+        deadline = time.time() + 10
+        while time.time() < deadline and h.describe()["pools"][0]["warm"] < 2:
+            time.sleep(0.05)
+        assert h.describe()["pools"][0]["warm"] == 2  # 1.0 core / 0.5 per container
+        r = httpx.post(f"{h.url}/api/v1/pools/web/claim", timeout=10).json()
+        assert r["cold_start"] is False
+    finally:
+        h.stop()
+    assert h.backend.container_ids() == []
+
+
+@pytest.mark.crun
+def test_embedded_pool_uses_real_crun_when_it_works_and_cleans_up(crun_ok, tmp_path):
+    h = start_embedded(MemoryForecastStore(), state_dir=tmp_path, interval_seconds=0.05)
+    try:
+        assert h.describe()["mode"].startswith("crun:")
+        deadline = time.time() + 10
+        while time.time() < deadline and h.describe()["pools"][0]["warm"] < 1:
+            time.sleep(0.05)
+        assert len(h.backend.container_ids()) == 1  # min_warm with no forecast yet
+    finally:
+        h.stop()
+    assert h.backend.container_ids() == []
+
+
+@pytest.mark.crun
+def test_warmpool_run_serves_claims_from_real_containers_until_terminated(crun_ok, tmp_path):
+    port = 18000 + os.getpid() % 2000
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "foresight", "warmpool", "run", "--policy", str(EXAMPLE_POLICY), "--store", "memory://",
+         "--port", str(port), "--state-dir", str(tmp_path), "--interval", "0.2"],
+        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )
+    try:
+        line = proc.stdout.readline().decode()
+        assert "API on http://127.0.0.1:" in line
+        deadline = time.time() + 15
+        body = {}
+        while time.time() < deadline:
+            body = httpx.get(f"http://127.0.0.1:{port}/api/v1/pools/web", timeout=5).json()
+            if body["warm"] >= 1:
+                break
+            time.sleep(0.1)
+        assert body["warm"] == 1
+        r = httpx.post(f"http://127.0.0.1:{port}/api/v1/pools/web/claim", timeout=10).json()
+        assert r["cold_start"] is False and r["endpoint"].startswith("crun://")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+        proc.stdout.close()
+        from warmpool.backends.crun import CrunBackend
+
+        b = CrunBackend(tmp_path / "crun", "crun")
+        for cid in b.container_ids():
+            subprocess.run([b.binary, "--root", str(b.root), "delete", "-f", cid], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _imports(path: Path) -> set[str]:
+    mods = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            mods |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            mods.add(node.module)
+    return mods
+
+
+def test_only_the_kubernetes_backend_imports_the_kubernetes_client_and_warmpool_never_imports_the_adapter():
+    for path in (ROOT / "warmpool").rglob("*.py"):
+        mods = _imports(path)
+        rel = path.relative_to(ROOT).as_posix()
+        if rel != "warmpool/backends/kubernetes.py":
+            assert not any(m == "kubernetes" or m.startswith("kubernetes.") for m in mods), rel
+        assert not any(m.split(".")[0] in ("adapter", "replay") for m in mods), rel
