@@ -172,7 +172,9 @@ class ForecastCache:
     def _put_labels(self, sid: str, labels: dict[str, str]) -> None:
         ns, _, name = sid.partition("/")
         with self._idx_lock:
-            self._labels.setdefault(ns, {})[name] = labels
+            names = self._labels.setdefault(ns, {})
+            if names.get(name) != labels:  # keep the old dict when equal: its JSON stays cached
+                names[name] = labels
 
     def _store_entry(self, sid: str, fc: Forecast | None, now: float) -> None:
         self._entries[sid] = (fc, now)

@@ -299,3 +299,13 @@ def test_the_cache_rereads_only_forecasts_whose_generation_moved(redis_url):
     reread = {s for ids in store.reads for s in ids}
     assert "shop/checkout" in reread
     assert "shop/cart" not in reread  # asked for again and again, never re-parsed: its generation did not move
+
+
+def test_a_multi_item_body_is_exactly_what_go_would_marshal():
+    fcs = [sample_forecast("shop", n, now=NOW, labels={"tier": "web", "a.b/c": "x_y"}) for n in ("a1", "b2", "c3")]
+    with client_for(*fcs) as c:
+        r = c.get(value_url("predicted_cpu_load_ratio", "tier=web"))
+    body = r.json()
+    assert len(body["items"]) == 3
+    assert r.content == json.dumps(body, separators=(",", ":")).encode()
+    assert list(body["items"][0]["metricLabels"]) == sorted(body["items"][0]["metricLabels"])
