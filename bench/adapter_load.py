@@ -132,9 +132,15 @@ local suffix = {suffix}
 local pause = {pause}
 local counter = 0
 function setup(thread) thread:set("seed", math.random(1, 1000000)) end
-function init(args) math.randomseed(seed) end
+function init(args) math.randomseed(seed); counter = math.random(0, n - 1) end
 function request()
-  local i = math.random(0, n - 1)
+  local i
+  if {sequential} then
+    i = counter % n
+    counter = counter + 1
+  else
+    i = math.random(0, n - 1)
+  end
   local headers = {{}}
   if auth ~= "" then headers["Authorization"] = auth end
   return wrk.format("GET", prefix .. i .. suffix, headers)
@@ -143,10 +149,11 @@ end
 """
 
 
-def lua_script(path: Path, n: int, prefix: str, suffix: str, auth: str, pause_ms: int | None) -> Path:
+def lua_script(path: Path, n: int, prefix: str, suffix: str, auth: str, pause_ms: int | None, sequential: bool = False) -> Path:
     q = lambda s: json.dumps(s)  # noqa: E731 - JSON string literals are valid Lua here
     delay = "function delay() return pause end" if pause_ms else ""
-    path.write_text(LUA.format(n=n, auth=q(auth), prefix=q(prefix), suffix=q(suffix), pause=pause_ms or 0, delay=delay))
+    path.write_text(LUA.format(n=n, auth=q(auth), prefix=q(prefix), suffix=q(suffix), pause=pause_ms or 0, delay=delay,
+                               sequential="true" if sequential else "false"))
     return path
 
 
@@ -171,10 +178,14 @@ def run_wrk(url: str, script: Path, seconds: float, connections: int, threads: i
     return res
 
 
-def measure(label: str, base_url: str, n: int, prefix: str, suffix: str, auth: str, seconds: float, workdir: Path) -> dict:
+def measure(label: str, base_url: str, n: int, prefix: str, suffix: str, auth: str, seconds: float, workdir: Path,
+            warm_seconds: int | None = None) -> dict:
     flat = lua_script(workdir / f"{label}-flat.lua", n, prefix, suffix, auth, None)
     paced = lua_script(workdir / f"{label}-paced.lua", n, prefix, suffix, auth, 10)
-    run_wrk(base_url, flat, 3, 8)  # warm-up: connections, caches
+    # Warm-up: every workload asked once or more (in a running cluster every HPA has asked
+    # before), walking the workloads in order from a random start per connection.
+    warm = lua_script(workdir / f"{label}-warm.lua", n, prefix, suffix, auth, None, sequential=True)
+    run_wrk(base_url, warm, warm_seconds or max(3, int(n / 2500)), 8)
     thr = run_wrk(base_url, flat, seconds, 8)
     lat = run_wrk(base_url, paced, seconds, 10)
     for r in (thr, lat):
@@ -216,7 +227,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--workers", type=int, default=2, help="uvicorn workers of foresight serve")
+    ap.add_argument("--workers", type=int, default=1, help="uvicorn workers of foresight serve (1: wrk needs the other core)")
     ap.add_argument("--skip-prometheus", action="store_true")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -273,7 +284,7 @@ def main(argv=None) -> int:
                     assert probe["status"] == "success" and probe["data"]["result"], f"PromQL found no data: {probe}"
                     rows.append(measure(
                         "prometheus", prom.url, n, "/api/v1/query?query=" + quote(q, safe=""),
-                        quote(q_end, safe=""), "", args.seconds, workdir))
+                        quote(q_end, safe=""), "", args.seconds, workdir, warm_seconds=3))
                     rows[-1]["series"] = n * PODS_PER_WORKLOAD
                 finally:
                     prom.stop()
