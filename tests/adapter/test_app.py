@@ -309,3 +309,12 @@ def test_a_multi_item_body_is_exactly_what_go_would_marshal():
     assert len(body["items"]) == 3
     assert r.content == json.dumps(body, separators=(",", ":")).encode()
     assert list(body["items"][0]["metricLabels"]) == sorted(body["items"][0]["metricLabels"])
+
+
+def test_a_client_asking_for_protobuf_first_gets_json():
+    with client_for(sample_forecast(now=NOW)) as c:
+        r = c.get(value_url("predicted_cpu_cores", "workload=checkout"),
+                  headers={"Accept": "application/vnd.kubernetes.protobuf, */*"})
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "application/json"
+    assert r.json()["kind"] == "ExternalMetricValueList"
