@@ -60,6 +60,15 @@ EXPLORE_VARIANTS = {
 }
 
 
+ADAPT_VARIANTS = {
+    "ar p50 adapt l50": ("predictive", {"model": "ar", "quantile": "p50", "margin_lambda": 50.0}),
+    "ar p50 adapt l150": ("predictive", {"model": "ar", "quantile": "p50", "margin_lambda": 150.0}),
+    "ar p50 adapt l400": ("predictive", {"model": "ar", "quantile": "p50", "margin_lambda": 400.0}),
+    "rec p50 adapt l150": ("predictive", {"model": "recurrence", "quantile": "p50", "margin_lambda": 150.0}),
+    "ar p50 t0.60": ("predictive", {"model": "ar", "quantile": "p50", "target": 0.60}),
+}
+
+
 def load_series(min_days: float = 21.0):
     from forecaster.frames import series_arrays
     from forecaster.sources.csv import read_long_csv
@@ -258,13 +267,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--every", type=int, default=1, help="replay every N-th series (tuning)")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--variants", default="main", choices=["main", "sweep", "explore", "all"])
+    ap.add_argument("--variants", default="main", choices=["main", "sweep", "explore", "adapt", "all"])
     ap.add_argument("--startup", default="constant", choices=["constant", "lognormal"], help="pod start-up model (constant 60 s = the reference)")
     ap.add_argument("--tag", default="", help="suffix for the result files")
     args = ap.parse_args(argv)
     from tqdm import tqdm
 
-    variants = {"main": MAIN_VARIANTS, "sweep": {**MAIN_VARIANTS, **SWEEP_VARIANTS}, "explore": {**MAIN_VARIANTS, **EXPLORE_VARIANTS}, "all": {**MAIN_VARIANTS, **SWEEP_VARIANTS, **EXPLORE_VARIANTS}}[args.variants]
+    variants = {"main": MAIN_VARIANTS, "sweep": {**MAIN_VARIANTS, **SWEEP_VARIANTS}, "explore": {**MAIN_VARIANTS, **EXPLORE_VARIANTS}, "adapt": ADAPT_VARIANTS, "all": {**MAIN_VARIANTS, **SWEEP_VARIANTS, **EXPLORE_VARIANTS}}[args.variants]
     series = load_series()[:: args.every]
     print(f"replaying {len(series)} series with {len(variants)} predictive variants, {len(REACTIVE_TARGETS)} reactive targets, oracle")
     t_start = time.time()

@@ -45,6 +45,7 @@ __all__ = [
     "ReplayConfig",
     "StartupModel",
     "World",
+    "adaptive_margins",
     "make_world",
     "run_mode",
     "walk_forward_forecasts",
@@ -96,6 +97,11 @@ class ReplayConfig:
     model_params: Mapping[str, object] = field(default_factory=dict)
     quantile: str = "p90"
     margin: float = 1.0  # multiplies the published quantile (1 = as published)
+    # per-series adaptive margin, chosen walk-forward at every refit from the last
+    # margin_history_days of the table's own forecasts: minimise pods + lambda * violations
+    margin_lambda: float = 0.0  # 0 = fixed ``margin``
+    margin_history_days: float = 3.0
+    margin_grid: tuple = (0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.65, 1.8, 2.0, 2.25, 2.5)
     observed_floor: bool = True
     refit_hours: float = 24.0
     horizon_points: int = 4
@@ -258,7 +264,8 @@ def walk_forward_forecasts(
     delay = cfg.delay_seconds
     t_end = int(world.t[-1]) + cfg.step_seconds
     # every sample whose forecast is in use during the replay (published <= the end)
-    first = int(np.searchsorted(ts, world.t0 - delay - SAMPLE_SECONDS, side="left"))
+    warmup = cfg.margin_history_days * 86400 if cfg.margin_lambda > 0 else 0.0
+    first = int(np.searchsorted(ts, world.t0 - delay - SAMPLE_SECONDS - warmup, side="left"))
     last = int(np.searchsorted(ts, t_end - delay, side="right"))
     origins_idx = np.arange(max(first, 1), last)
     origin_ts = ts[origins_idx]
@@ -270,8 +277,10 @@ def walk_forward_forecasts(
     refit_every = cfg.refit_hours * 3600
     refits = 0
     T = float(world.t0)
-    T_first = float(published[0]) if n else T
-    T = min(T, T_first)
+    if n and published[0] < T:  # rows before the replay (margin warm-up) use the first fit
+        T_first = float(published[0])
+        T = T - math.ceil((T - T_first) / (cfg.refit_hours * 3600)) * cfg.refit_hours * 3600
+        T = max(T, T_first)
     j = 0
     while j < n:
         # fit with what is known at T: samples <= T - delay, last train_days
@@ -311,6 +320,41 @@ def walk_forward_forecasts(
     table = ForecastTable(cfg.model, origin_ts.astype("int64"), published, mean, qs, yf[origins_idx], refits)
     table.chosen = chosen
     return table
+
+
+def adaptive_margins(world: World, table: ForecastTable, cfg: ReplayConfig) -> np.ndarray:
+    """A margin per forecast row, chosen at each refit time T (every ``refit_hours`` from t0)
+    from rows whose outcome is known at T (next sample <= T - delay) in the last
+    ``margin_history_days``: the m of ``margin_grid`` minimising sum(pods) + lambda * sum(
+    violations) with pods = ceil(max(m * q_h1, last sample) / (target * request)) and a
+    violation when the next sample > slo_threshold * pods. Walk-forward: never looks ahead."""
+    n = len(table.origin)
+    out = np.full(n, float(cfg.margin))
+    if cfg.margin_lambda <= 0 or n == 0:
+        return out
+    q = table.mean if cfg.quantile == "mean" else table.quantiles[cfg.quantile]
+    ts0 = world.sample_ts[0]
+    nxt = (table.origin + SAMPLE_SECONDS - ts0) // SAMPLE_SECONDS
+    ok = nxt < len(world.sample_cores)
+    actual = np.full(n, np.nan)
+    actual[ok] = world.sample_cores[nxt[ok]]
+    grid = np.asarray(cfg.margin_grid, dtype="float64")
+    unit = cfg.target * cfg.cpu_request_cores
+    pods = np.ceil(np.maximum(grid[:, None] * q[None, :, 0], table.observed_at_origin[None, :]) / unit - 1e-9)
+    viol = actual[None, :] > cfg.slo_threshold * pods * cfg.cpu_request_cores
+    cost = pods + cfg.margin_lambda * viol
+    known_at = table.origin + SAMPLE_SECONDS + cfg.delay_seconds
+    step = cfg.refit_hours * 3600
+    T = float(world.t0)
+    # rows used before t0 (none are served) keep the fixed margin
+    while T <= float(table.published[-1]):
+        use = (known_at <= T) & (table.origin >= T - cfg.margin_history_days * 86400) & np.isfinite(actual)
+        rows = (table.published >= T) & (table.published < T + step)
+        if use.sum() >= 12:
+            m = grid[int(np.argmin(cost[:, use].sum(axis=1)))]
+            out[rows] = m
+        T += step
+    return out
 
 
 # ----------------------------------------------------------------------------- simulation
@@ -395,7 +439,9 @@ def run_mode(world: World, mode: str, cfg: ReplayConfig, forecasts: ForecastTabl
             observed_floor=cfg.observed_floor,
         )
         qvals = forecasts.mean if cfg.quantile == "mean" else forecasts.quantiles[cfg.quantile]
-        if cfg.margin != 1.0:
+        if cfg.margin_lambda > 0:
+            qvals = qvals * adaptive_margins(world, forecasts, cfg)[:, None]
+        elif cfg.margin != 1.0:
             qvals = qvals * cfg.margin
         pub = forecasts.published
         fj = int(np.searchsorted(pub, world.t0, side="right")) - 1

@@ -58,8 +58,12 @@ def _series(days=5, seed=1):
 CFG = ReplayConfig(train_days=3, replay_days=2, startup=StartupModel("constant", 60), cores_per_unit=0.2, refit_hours=12)
 
 
-@pytest.mark.parametrize("mode", ["reactive", "predictive", "predictive+warm"])
-def test_perturbing_the_future_never_changes_earlier_decisions(mode):
+@pytest.mark.parametrize(
+    "mode,over",
+    [("reactive", {}), ("predictive", {}), ("predictive+warm", {}), ("predictive", {"margin_lambda": 100.0, "margin_history_days": 1.0})],
+)
+def test_perturbing_the_future_never_changes_earlier_decisions(mode, over):
+    cfg = replace(CFG, **over)
     ts, v = _series()
     cut = ts[0] + int(4 * DAY)  # a sample inside the replay
     v2 = v.copy()
@@ -67,9 +71,9 @@ def test_perturbing_the_future_never_changes_earlier_decisions(mode):
     v2[after] = v2[after] * 3 + 40  # a completely different future
     out = []
     for vals in (v, v2):
-        w = make_world("s", ts, vals, CFG)
-        fc = walk_forward_forecasts(w, CFG, model_factory=LastValuePlusSpread) if mode != "reactive" else None
-        out.append((w, run_mode(w, mode, CFG, fc)))
+        w = make_world("s", ts, vals, cfg)
+        fc = walk_forward_forecasts(w, cfg, model_factory=LastValuePlusSpread) if mode != "reactive" else None
+        out.append((w, run_mode(w, mode, cfg, fc)))
     (w, a), (_, b) = out
     # the perturbed sample first shows in D(t - delay) for t > cut - 300 + delay
     safe = w.t <= cut - 300 + CFG.delay_seconds
@@ -185,3 +189,22 @@ def test_too_short_series_is_a_clear_error():
     ts = np.arange(100, dtype="int64") * 300
     with pytest.raises(ValueError, match="train_days"):
         make_world("short", ts, np.ones(100), CFG)
+
+
+def test_adaptive_margin_grows_on_a_series_whose_rises_the_forecast_misses():
+    from replay.simulate import adaptive_margins
+
+    cfg = replace(CFG, margin_lambda=200.0, margin_history_days=1.0, quantile="p50")
+    rng = np.random.default_rng(3)
+    n = 5 * 288
+    ts = np.arange(n, dtype="int64") * 300
+    calm = np.full(n, 50.0)
+    bursty = 50 + 60 * (rng.random(n) < 0.15)  # unforeseeable bursts
+    ms = []
+    for v in (calm, bursty):
+        w = make_world("s", ts, v, cfg)
+        fc = walk_forward_forecasts(w, cfg, model_factory=LastValuePlusSpread)
+        m = adaptive_margins(w, fc, cfg)
+        ms.append(m[fc.published >= w.t0])
+    assert ms[0].max() <= 1.0  # nothing to protect against: no margin
+    assert ms[1].min() > 1.3  # bursts: a large margin pays for itself at lambda 200
