@@ -108,7 +108,9 @@ class ReplayConfig:
     # warm pool
     warm_pool_size: int = 1  # warm pods kept at least
     warm_pool_fraction: float = 0.1  # ... and at least this fraction of the current replicas
-    warm_claim_seconds: float = 2.0
+    # claim latency of a warm pod; None = warmpool.coldstart's crun p50 + a 1 s readiness
+    # probe when that module is present, else 2 s
+    warm_claim_seconds: float | None = None
     seed: int = 0
     cores_per_unit: float | None = None  # fixes k instead of deriving it from the p99
 
@@ -393,6 +395,17 @@ def _measure(world: World, cfg: ReplayConfig, ready: np.ndarray, replicas: np.nd
     return slo, under, float(replicas.sum() * step_min)
 
 
+def warm_claim_seconds(cfg: ReplayConfig) -> float:
+    if cfg.warm_claim_seconds is not None:
+        return float(cfg.warm_claim_seconds)
+    try:
+        from warmpool.coldstart import ColdStartModel
+
+        return ColdStartModel().estimate("crun").total_ms[0] / 1000.0 + 1.0
+    except Exception:  # noqa: BLE001 - the warm pool part is optional here
+        return 2.0
+
+
 def run_mode(world: World, mode: str, cfg: ReplayConfig, forecasts: ForecastTable | None = None) -> ModeResult:
     """Replay one mode over the world's sync grid; deterministic for a given ``cfg.seed``."""
     if mode not in MODES:
@@ -425,7 +438,7 @@ def run_mode(world: World, mode: str, cfg: ReplayConfig, forecasts: ForecastTabl
     pool_min = int(cfg.warm_pool_size)
     warm_ready = max(pool_min, math.ceil(frac * S)) if warm else 0
     warm_pending: list[float] = []
-    claim = float(cfg.warm_claim_seconds)
+    claim = warm_claim_seconds(cfg) if warm else 0.0
 
     # predictive plumbing: the adapter's own code path
     if predictive:
