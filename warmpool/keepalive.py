@@ -228,7 +228,11 @@ class _ForesightFn:
         self.edges: list[int] = []
         self.last: list[int] = []
         self.cnt: list[np.ndarray] = []
+        self.ctx_cnt: list[dict[int, np.ndarray]] = []  # gap histograms by previous-gap class
+        self.ctx: list[int] = []  # class of the last completed gap (-1: none yet)
         self.hazards = np.zeros((0, T))
+        self.count_class = 0  # class of the invocation count of the last invoked minute
+        self.gap_start_class = 0
         self.resident_now = 0
         self.recent: list[int] = []  # demand of the last `shadow_minutes` minutes
 
@@ -236,7 +240,45 @@ class _ForesightFn:
         c = self.cnt[b]
         risk = np.cumsum(c[::-1])[::-1]  # number of gaps >= o
         a = self.p.prior_weight
-        self.hazards[b] = (c + a * self.prior) / (risk + a)
+        h = (c + a * self._prior()) / (risk + a)
+        w = self.p.context_weight
+        if w is not None and self.ctx[b] in self.ctx_cnt[b]:
+            # the gap that follows a short gap is not the gap that follows a long one (bursts,
+            # "two calls then an hour"): condition on the previous gap's class, shrunk to h
+            cc = self.ctx_cnt[b][self.ctx[b]]
+            h = (cc + w * h) / (np.cumsum(cc[::-1])[::-1] + w)
+        self.hazards[b] = h
+
+    def _prior(self) -> np.ndarray:
+        g = self.p._global_h
+        return self.prior if g is None else g[self.count_class]
+
+    def observe_invocations(self, t, c):
+        if c > 0:
+            self.count_class = int(np.searchsorted(self.p.count_edges, c, side="left"))
+
+    def _gap_class(self, gap: int) -> int:
+        for i, edge in enumerate(self.p.context_edges):
+            if gap <= edge:
+                return i
+        return len(self.p.context_edges)
+
+    def _add_gap(self, b: int, gap: int) -> None:
+        p = self.p
+        if p.decay < 1.0:
+            self.cnt[b] *= p.decay
+        g = min(gap, self.T - 1)
+        self.cnt[b][g] += 1.0
+        if b == 0 and p._global_cnt is not None:
+            p._global_cnt[self.gap_start_class, g] += 1.0
+        if p.context_weight is not None:
+            if self.ctx[b] >= 0:
+                arr = self.ctx_cnt[b].get(self.ctx[b])
+                if arr is None:
+                    arr = self.ctx_cnt[b][self.ctx[b]] = np.zeros(self.T)
+                arr[g] += 1.0
+            self.ctx[b] = self._gap_class(gap)
+        self._refit(b)
 
     def _grow(self, n: int) -> None:
         edges = _rank_edges(n)
@@ -244,6 +286,8 @@ class _ForesightFn:
             self.edges.append(edges[len(self.edges)])
             self.last.append(-1)
             self.cnt.append(np.zeros(self.T))
+            self.ctx_cnt.append({})
+            self.ctx.append(-1)
             self.hazards = np.vstack([self.hazards, self.prior[None, :]])
 
     def resident(self, t, offsets):
@@ -281,11 +325,11 @@ class _ForesightFn:
             if edge > n:
                 break
             if self.last[b] >= 0:
-                if p.decay < 1.0:
-                    self.cnt[b] *= p.decay
-                self.cnt[b][min(t - self.last[b], self.T - 1)] += 1.0
-                self._refit(b)
+                self._add_gap(b, t - self.last[b])
+            elif p._global_h is not None:
+                self.hazards[b] = self._prior()
             self.last[b] = t
+        self.gap_start_class = self.count_class
 
 
 class ForesightPolicy:
@@ -308,6 +352,12 @@ class ForesightPolicy:
         prior_power: float = 1.5,
         prior_weight: float = 1.0,
         decay: float = 1.0,
+        context_weight: float | None = None,
+        context_edges: tuple[int, ...] = (1, 5, 30),
+        global_prior: bool = False,
+        count_edges: tuple[int, ...] = (1, 3, 10, 100),
+        global_weight: float = 5.0,
+        global_refresh_minutes: int = 10,
         name: str = "foresight",
     ):
         self.price = self.initial_price = price
@@ -317,17 +367,51 @@ class ForesightPolicy:
         self.prior_scale, self.prior_shift, self.prior_power = prior_scale, prior_shift, prior_power
         self.prior_weight = prior_weight
         self.decay = decay
+        self.context_weight = context_weight
+        self.context_edges = tuple(context_edges)
+        self.global_prior = global_prior
+        self.count_edges = np.asarray(count_edges)
+        self.global_weight = global_weight
+        self.global_refresh_minutes = global_refresh_minutes
+        self._global_cnt: np.ndarray | None = None
+        self._global_h: np.ndarray | None = None
+        self._minutes = None
         self.name = name
         self._spent_mb_min = 0.0
         self._shadow_mb_min = 0.0
 
     def for_function(self, fn: FunctionView):
+        if self.global_prior and self._minutes != fn.minutes:
+            self._minutes = fn.minutes
+            self._reset_global()
         return _ForesightFn(self, fn)
+
+    def _reset_global(self) -> None:
+        T = self._minutes + 2
+        self._global_cnt = np.zeros((len(self.count_edges) + 1, T))
+        o = np.arange(T, dtype=float)
+        o[0] = 1.0
+        base = np.clip(self.prior_scale / (o + self.prior_shift) ** self.prior_power, 0.0, 0.95)
+        self._base_prior = base
+        self._global_h = np.tile(base, (len(self.count_edges) + 1, 1))
+
+    def _refresh_global(self) -> None:
+        """Prior for a function's next gap: the hazard of the gaps all functions showed so
+        far after a minute with the same invocation-count class (the past only), shrunk to
+        the parametric prior."""
+        c = self._global_cnt
+        risk = np.cumsum(c[:, ::-1], axis=1)[:, ::-1]
+        w = self.global_weight
+        self._global_h = (c + w * self._base_prior) / (risk + w)
 
     def begin_minute(self, t: int) -> None:
         if t == 0:  # a new replay starts from the configured price
             self.price = self.initial_price
             self._spent_mb_min = self._shadow_mb_min = 0.0
+            if self.global_prior and self._minutes is not None:
+                self._reset_global()
+        if self.global_prior and self._global_cnt is not None and t % self.global_refresh_minutes == 0 and t > 0:
+            self._refresh_global()
 
     def end_minute(self, t: int) -> None:
         if self.budget is None or self._shadow_mb_min <= 0:

@@ -42,6 +42,7 @@ class Container:
     endpoint: str = ""
     claimed_since_idle: bool = False
     version: str = ""  # backend's optimistic-concurrency token (Kubernetes resourceVersion)
+    started: bool = False  # its process was started once (a released container keeps running)
 
     def replace(self, **kw) -> "Container":
         from dataclasses import replace

@@ -14,7 +14,8 @@ policy"), so figures compare with the reference table:
 
 A policy object is built once per function (``policy.for_function(fn)``) and answers
 ``resident(t, offsets) -> int | list[bool]`` before minute ``t`` is seen, then
-``observe(t, n)`` after it. An int ``R`` means "the R most recently used containers" (and,
+``observe(t, n)`` after it (and, if it has the method, ``observe_invocations(t, c)`` with the
+minute's invocation count just before). An int ``R`` means "the R most recently used containers" (and,
 once the function has run at least once, R above the number of known containers pre-warms
 new ones). Cold starts are counted per container; ``cold_pct_invocations`` counts one cold
 invocation per cold container start (in the single model: one per cold minute).
@@ -169,7 +170,7 @@ class FunctionSim:
         self.containers: list[int] = []  # last busy minute per container, most recent first
         self.cold_minutes = self.cold_starts = self.idle = 0
 
-    def step(self, t: int, n: int) -> None:
+    def step(self, t: int, n: int, invocations: int | None = None) -> None:
         containers = self.containers
         res_idx: list[int] = []
         new_warm = 0
@@ -203,6 +204,8 @@ class FunctionSim:
             ]
         else:
             self.idle += resident
+        if invocations is not None and hasattr(self.fp, "observe_invocations"):
+            self.fp.observe_invocations(t, invocations)
         self.fp.observe(t, n)
 
 
@@ -237,6 +240,7 @@ def replay(
     begin = getattr(policy, "begin_minute", None)
     end = getattr(policy, "end_minute", None)
     Dl = D.tolist()
+    Cl = C.tolist()
     steps = range(T) if not oracle else range(0)
     for t in progress(steps) if progress else steps:
         if begin:
@@ -245,7 +249,7 @@ def replay(
             n = Dl[f][t]
             sim = sims[f]
             if n or sim.containers:
-                sim.step(t, n)
+                sim.step(t, n, Cl[f][t])
         if end:
             end(t)
     cold_minutes = cold_starts = 0

@@ -216,6 +216,8 @@ class CrunBackend:
                     self._write_meta(meta)
                 if status not in ("created", "running") and meta.state != "dead":
                     meta = meta.replace(state="dead")
+                if status == "running" and not meta.started:
+                    meta = meta.replace(started=True)  # started just before a crash
                 out.append(meta)
             return out
 
@@ -252,21 +254,22 @@ class CrunBackend:
         self._remove_files(cid)
 
     def claim(self, pool: PoolSpec, container: Container, now: float) -> Container:
-        st = self._states().get(container.id)
-        if st is None:
-            raise BackendError(f"container {container.id} no longer exists")
-        status = st.get("status")
-        if status == "created":
+        if not container.started:
+            # the hot path: one `start` and nothing else (state is only read when it fails)
             try:
                 self._run(["start", container.id])
             except BackendError as exc:
-                # "not in created state": another process started it first
-                if "state" in str(exc).lower():
-                    raise ClaimConflict(str(exc)) from exc
+                st = self._states().get(container.id)
+                if st is None:
+                    raise BackendError(f"container {container.id} no longer exists") from exc
+                if st.get("status") == "running":
+                    raise ClaimConflict(f"container {container.id} was started by someone else") from exc
                 raise
-        elif status != "running":
-            raise BackendError(f"container {container.id} is {status}")
-        c = container.replace(state="claimed", claimed_since_idle=True)
+        else:
+            st = self._states().get(container.id)
+            if st is None or st.get("status") != "running":
+                raise BackendError(f"container {container.id} is {st.get('status') if st else 'gone'}")
+        c = container.replace(state="claimed", claimed_since_idle=True, started=True)
         self._write_meta(c)
         return c
 
