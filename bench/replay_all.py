@@ -60,6 +60,21 @@ EXPLORE_VARIANTS = {
 }
 
 
+ADAPT2_VARIANTS = {
+    "rec adapt l250": ("predictive", {"model": "recurrence", "quantile": "p50", "margin_lambda": 250.0}),
+    "rec adapt l150 lvl": ("predictive", {"model": "recurrence", "quantile": "p50", "margin_lambda": 150.0, "margin_on_level": True}),
+    "rec adapt l300 lvl": ("predictive", {"model": "recurrence", "quantile": "p50", "margin_lambda": 300.0, "margin_on_level": True}),
+    "rec p50 t0.60": ("predictive", {"model": "recurrence", "quantile": "p50", "target": 0.60}),
+    "auto adapt l150": ("predictive", {"model": "auto", "quantile": "p50", "margin_lambda": 150.0}),
+}
+AUTO_REC = ("persistence", "moving_average", "ar", "ar_log", "recurrence")
+ADAPT3_VARIANTS = {
+    "auto adapt l100": ("predictive", {"model": "auto", "quantile": "p50", "margin_lambda": 100.0}),
+    "auto adapt l200": ("predictive", {"model": "auto", "quantile": "p50", "margin_lambda": 200.0}),
+    "auto+rec adapt l150": ("predictive", {"model": "auto", "model_params": {"candidates": AUTO_REC}, "quantile": "p50", "margin_lambda": 150.0}),
+    "auto+rec adapt l200": ("predictive", {"model": "auto", "model_params": {"candidates": AUTO_REC}, "quantile": "p50", "margin_lambda": 200.0}),
+    "auto p90 t0.75": ("predictive", {"model": "auto", "quantile": "p90", "target": 0.75}),
+}
 ADAPT_VARIANTS = {
     "ar p50 adapt l50": ("predictive", {"model": "ar", "quantile": "p50", "margin_lambda": 50.0}),
     "ar p50 adapt l150": ("predictive", {"model": "ar", "quantile": "p50", "margin_lambda": 150.0}),
@@ -267,13 +282,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--every", type=int, default=1, help="replay every N-th series (tuning)")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--variants", default="main", choices=["main", "sweep", "explore", "adapt", "all"])
+    ap.add_argument("--variants", default="main", choices=["main", "sweep", "explore", "adapt", "adapt2", "adapt3", "all"])
     ap.add_argument("--startup", default="constant", choices=["constant", "lognormal"], help="pod start-up model (constant 60 s = the reference)")
     ap.add_argument("--tag", default="", help="suffix for the result files")
     args = ap.parse_args(argv)
     from tqdm import tqdm
 
-    variants = {"main": MAIN_VARIANTS, "sweep": {**MAIN_VARIANTS, **SWEEP_VARIANTS}, "explore": {**MAIN_VARIANTS, **EXPLORE_VARIANTS}, "adapt": ADAPT_VARIANTS, "all": {**MAIN_VARIANTS, **SWEEP_VARIANTS, **EXPLORE_VARIANTS}}[args.variants]
+    variants = {"main": MAIN_VARIANTS, "sweep": {**MAIN_VARIANTS, **SWEEP_VARIANTS}, "explore": {**MAIN_VARIANTS, **EXPLORE_VARIANTS}, "adapt": ADAPT_VARIANTS, "adapt2": ADAPT2_VARIANTS, "adapt3": ADAPT3_VARIANTS, "all": {**MAIN_VARIANTS, **SWEEP_VARIANTS, **EXPLORE_VARIANTS}}[args.variants]
     series = load_series()[:: args.every]
     print(f"replaying {len(series)} series with {len(variants)} predictive variants, {len(REACTIVE_TARGETS)} reactive targets, oracle")
     t_start = time.time()

@@ -102,6 +102,8 @@ class ReplayConfig:
     margin_lambda: float = 0.0  # 0 = fixed ``margin``
     margin_history_days: float = 3.0
     margin_grid: tuple = (0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.65, 1.8, 2.0, 2.25, 2.5)
+    # publish margin * max(quantile, last sample): the margin also covers the current level
+    margin_on_level: bool = False
     observed_floor: bool = True
     refit_hours: float = 24.0
     horizon_points: int = 4
@@ -250,6 +252,9 @@ def walk_forward_forecasts(
 
     selection = model_factory is None and cfg.model == "auto"
     chosen: list[str] = []
+    from replay.models import register
+
+    register()
     if model_factory is None and not selection:
         from forecaster.models import get_model
         from replay.models import register
@@ -294,7 +299,10 @@ def walk_forward_forecasts(
             # split-conformal quantiles (forecaster.selection), as the trainer does
             from forecaster.selection import select_and_fit
 
-            sel = select_and_fit(window, ts[lo:hi].astype("float64"), horizon=max(h, 12), quantiles=tuple(quantiles))
+            extra = {}
+            if "candidates" in cfg.model_params:
+                extra["candidates"] = tuple(cfg.model_params["candidates"])
+            sel = select_and_fit(window, ts[lo:hi].astype("float64"), horizon=max(h, 12), quantiles=tuple(quantiles), **extra)
             model = sel.model
             chosen.append(sel.name)
         else:
@@ -342,7 +350,8 @@ def adaptive_margins(world: World, table: ForecastTable, cfg: ReplayConfig) -> n
     actual[ok] = world.sample_cores[nxt[ok]]
     grid = np.asarray(cfg.margin_grid, dtype="float64")
     unit = cfg.target * cfg.cpu_request_cores
-    pods = np.ceil(np.maximum(grid[:, None] * q[None, :, 0], table.observed_at_origin[None, :]) / unit - 1e-9)
+    base = np.maximum(q[:, 0], table.observed_at_origin) if cfg.margin_on_level else q[:, 0]
+    pods = np.ceil(np.maximum(grid[:, None] * base[None, :], table.observed_at_origin[None, :]) / unit - 1e-9)
     viol = actual[None, :] > cfg.slo_threshold * pods * cfg.cpu_request_cores
     cost = pods + cfg.margin_lambda * viol
     known_at = table.origin + SAMPLE_SECONDS + cfg.delay_seconds
@@ -452,6 +461,8 @@ def run_mode(world: World, mode: str, cfg: ReplayConfig, forecasts: ForecastTabl
             observed_floor=cfg.observed_floor,
         )
         qvals = forecasts.mean if cfg.quantile == "mean" else forecasts.quantiles[cfg.quantile]
+        if cfg.margin_on_level:
+            qvals = np.maximum(qvals, forecasts.observed_at_origin[:, None])
         if cfg.margin_lambda > 0:
             qvals = qvals * adaptive_margins(world, forecasts, cfg)[:, None]
         elif cfg.margin != 1.0:
