@@ -62,6 +62,10 @@ class EmbeddedPool:
                         self.backend.delete(spec, c.id)
                 except Exception as exc:  # best effort at shutdown; logged
                     log.warning("warm pool %s: cleanup failed: %s", spec.name, exc)
+            if self._state_dir is not None:  # a temporary state dir we made ourselves
+                import shutil
+
+                shutil.rmtree(self._state_dir, ignore_errors=True)
 
 
 def start_embedded(store, policy_path: str | Path | None = None, port: int | None = None, *, state_dir: str | Path | None = None, interval_seconds: float = 2.0, force_sim: bool = False) -> EmbeddedPool:
@@ -73,13 +77,15 @@ def start_embedded(store, policy_path: str | Path | None = None, port: int | Non
     policy = load_policy(policy_path or EXAMPLE_POLICY)
     coldstart = ColdStartModel(policy.runtime_classes)
     backend = None
+    temp_dir = None
     mode = ""
     if not force_sim:
         from warmpool.backends.crun import CrunBackend, probe
 
         ok, why, _ = probe("crun")
         if ok:
-            sd = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="foresight-warmpool-"))
+            temp_dir = None if state_dir else Path(tempfile.mkdtemp(prefix="foresight-warmpool-"))
+            sd = Path(state_dir) if state_dir else temp_dir
             backend = CrunBackend(sd / "crun", "crun")
             mode = f"crun: real containers ({why}; state in {sd})"
         else:
@@ -102,4 +108,4 @@ def start_embedded(store, policy_path: str | Path | None = None, port: int | Non
     server = None
     if port is not None:
         server = HttpServer(create_app(ctl), "127.0.0.1", port).start()
-    return EmbeddedPool(ctl, backend, mode, server, thread, stop)
+    return EmbeddedPool(ctl, backend, mode, server, thread, stop, state_dir=temp_dir)

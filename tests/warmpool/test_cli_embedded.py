@@ -31,7 +31,7 @@ def test_validate_prints_each_pool_for_a_good_policy_and_every_problem_for_a_bad
 def test_embedded_pool_runs_on_the_sim_backend_and_says_so():
     store = MemoryForecastStore()
     now = time.time()
-    store.publish(make_forecast("demo/web", origin=now, step_seconds=60, mean=[1.0] * 3, quantiles={"p90": [1.0] * 3}, model="t", generated_at=now))
+    store.publish(make_forecast("demo/vm-618849", origin=now, step_seconds=60, mean=[1.0] * 3, quantiles={"p90": [1.0] * 3}, model="t", generated_at=now))
     h = start_embedded(store, port=0, force_sim=True, interval_seconds=0.05)
     try:
         assert h.describe()["mode"].startswith("sim:")
