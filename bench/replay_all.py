@@ -37,9 +37,15 @@ def data_dir() -> Path:
 
 
 # name -> (mode, overrides of ReplayConfig). "ours" is the headline predictive variant.
+OURS = {"model": "auto", "quantile": "p50", "margin_lambda": 150.0}
 MAIN_VARIANTS = {
-    "ours": ("predictive", {"model": "ar", "quantile": "p90", "target": 0.75}),
-    "ours+warm": ("predictive+warm", {"model": "ar", "quantile": "p90", "target": 0.75}),
+    "ours": ("predictive", OURS),
+    "ours+warm": ("predictive+warm", OURS),
+    "ours l75": ("predictive", {**OURS, "margin_lambda": 75.0}),
+    "ours l300": ("predictive", {**OURS, "margin_lambda": 300.0}),
+    "recurrence adapt l150": ("predictive", {"model": "recurrence", "quantile": "p50", "margin_lambda": 150.0}),
+    "simple AR p90 t0.70": ("predictive", {"model": "ar", "quantile": "p90", "target": 0.70}),
+    "AR p50 t0.60": ("predictive", {"model": "ar", "quantile": "p50", "target": 0.60}),
 }
 SWEEP_VARIANTS = {
     "ar p90 t0.70": ("predictive", {"model": "ar", "quantile": "p90", "target": 0.70}),

@@ -15,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="replay a CPU trace through a simulated HPA v2: reactive vs predictive vs warm pool vs oracle",
         description=(
             "Turn each series into the CPU demand of one workload (its p99 needs --pods-at-p99 pods at "
-            "70%%), train on the first --train-days, then replay the rest (at most --replay-days) through "
+            "70%), train on the first --train-days, then replay the rest (at most --replay-days) through "
             "the HPA v2 algorithm every 15 s in each mode. Writes DIR/summary.csv, "
             "DIR/forecast_error.csv and DIR/report.html (plots embedded)."
         ),
@@ -29,14 +29,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delay-s", type=float, default=90.0, help="metric pipeline delay of the observed CPU (default 90)")
     p.add_argument("--target", type=float, default=0.7, help="HPA target: CPU utilization of the reactive mode, Value of the others (default 0.7)")
     p.add_argument("--lead-s", type=float, default=75.0, help="how far ahead the predicted metric looks (default 75 = start-up + one sync)")
-    p.add_argument("--model", default="ar", help="forecasting model for the predictive modes (default ar)")
-    p.add_argument("--quantile", default="p90", help="forecast quantile served (default p90)")
+    p.add_argument("--model", default="auto",
+                   help="forecasting model for the predictive modes: auto (per-series selection, forecaster.selection) "
+                        "or a registered model (ar, moving_average, recurrence, ...); default auto")
+    p.add_argument("--quantile", default="p50", help="forecast quantile served (default p50, with the adaptive margin)")
+    p.add_argument("--margin-lambda", type=float, default=150.0,
+                   help="adaptive margin: pods a violation is worth when choosing each day's margin from the last 3 days "
+                        "(default 150; 0 = no margin, serve the quantile as is)")
     p.add_argument("--pods-at-p99", type=float, default=20.0, help="pods the trace's p99 needs at 70%% (default 20)")
     p.add_argument("--max-replicas", type=int, default=100)
     p.add_argument("--min-replicas", type=int, default=1)
     p.add_argument("--train-days", type=float, default=14.0)
     p.add_argument("--replay-days", type=float, default=14.0)
-    p.add_argument("--warm-pool-size", type=int, default=None, help="warm pods kept for predictive+warm (default 3)")
+    p.add_argument("--warm-pool-size", type=int, default=None, help="warm pods kept at least for predictive+warm (default 1; plus 10%% of replicas)")
     p.add_argument("--seed", type=int, default=0, help="seed of the start-up time draws")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
     p.set_defaults(func=run_replay)
@@ -56,6 +61,8 @@ def _config(args):
         problems.append(f"--pods-at-p99 {args.pods_at_p99} must be > 0")
     if not (1 <= args.max_replicas) or args.min_replicas < 1 or args.min_replicas > args.max_replicas:
         problems.append(f"--min-replicas {args.min_replicas} / --max-replicas {args.max_replicas}: need 1 <= min <= max")
+    if not (args.margin_lambda >= 0):
+        problems.append(f"--margin-lambda {args.margin_lambda} must be >= 0")
     if args.train_days <= 0 or args.replay_days <= 0:
         problems.append("--train-days and --replay-days must be > 0")
     if problems:
@@ -72,6 +79,7 @@ def _config(args):
         startup=StartupModel(args.startup_dist, args.startup_s),
         model=args.model,
         quantile=args.quantile,
+        margin_lambda=args.margin_lambda,
         pods_at_p99=args.pods_at_p99,
         min_replicas=args.min_replicas,
         max_replicas=args.max_replicas,
@@ -100,7 +108,10 @@ def run_replay(args: argparse.Namespace) -> int:
     if any(m.startswith("predictive") for m in modes):
         from forecaster.models import available_models
 
-        if cfg.model not in available_models():
+        from replay.models import register
+
+        register()
+        if cfg.model != "auto" and cfg.model not in available_models():
             raise UserError(f"--model {cfg.model!r} is unknown; known: {', '.join(available_models())}")
         if not (cfg.quantile == "mean" or cfg.quantile.startswith("p")):
             raise UserError(f"--quantile {cfg.quantile!r} must be like p90 or 'mean'")
@@ -157,7 +168,8 @@ def run_replay(args: argparse.Namespace) -> int:
         "data": args.data, "series": len(series), "modes": ", ".join(modes), "target": cfg.target,
         "metric delay (s)": cfg.delay_seconds, "lead (s)": cfg.lead_seconds,
         "pod start-up": f"{cfg.startup.kind}, median {cfg.startup.median_seconds:g} s",
-        "model / quantile": f"{cfg.model} / {cfg.quantile}", "train / replay days": f"{cfg.train_days:g} / {cfg.replay_days:g}",
+        "model / quantile / margin": f"{cfg.model} / {cfg.quantile} / "
+        + (f"adaptive (lambda {cfg.margin_lambda:g})" if cfg.margin_lambda > 0 else f"x{cfg.margin:g}"), "train / replay days": f"{cfg.train_days:g} / {cfg.replay_days:g}",
         "replicas": f"{cfg.min_replicas}-{cfg.max_replicas}", "warm pool size": cfg.warm_pool_size,
         "demand": f"linear between samples; p99 needs {cfg.pods_at_p99:g} pods of {cfg.cpu_request_cores:g} core at 70%",
     }

@@ -209,7 +209,7 @@ class ForecastTable:
     def error(self, world: World) -> dict[str, float]:
         """MAE of the 1-step (5 min) mean forecast vs the sample, and of persistence."""
         idx = (self.origin + SAMPLE_SECONDS - world.sample_ts[0]) // SAMPLE_SECONDS
-        ok = idx < len(world.sample_cores)
+        ok = (idx < len(world.sample_cores)) & (self.published >= world.t0)  # replayed rows only
         actual = np.full(len(self.origin), np.nan)
         actual[ok] = world.sample_cores[idx[ok]]
         m = np.isfinite(actual)
