@@ -33,6 +33,7 @@ def register(subparsers) -> None:
     b.add_argument("--train-days", type=float, default=14.0)
     b.add_argument("--horizon-weights", default=None, help="comma list, one weight per h, for auto's selection")
     b.add_argument("--lstm-epochs", type=int, default=12)
+    b.add_argument("--jobs", type=int, default=1, help="worker processes (one per core)")
     b.add_argument("--no-progress", action="store_true")
     b.set_defaults(func=run_backtest_cmd)
 
@@ -100,7 +101,10 @@ def run_backtest_cmd(args) -> int:
         horizon=args.horizon,
         selection=SelectionSettings(horizon_weights=weights),
     )
-    run = run_backtest(frame, models, settings, progress=not args.no_progress, lstm_params={"epochs": args.lstm_epochs})
+    if args.jobs < 1:
+        raise UserError(f"--jobs must be >= 1 (got {args.jobs})")
+    run = run_backtest(frame, models, settings, progress=not args.no_progress,
+                       lstm_params={"epochs": args.lstm_epochs}, jobs=args.jobs)
     if run.rows.empty:
         raise UserError(f"{path}: no series has enough history for the protocol (needs > {args.eval_days:g} days)")
     out = Path(args.out)

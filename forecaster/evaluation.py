@@ -333,18 +333,53 @@ def run_backtest(
     rows: list[dict] = []
     forecasts: dict[str, list[OriginForecasts]] = {}
     per_model_time: dict[str, float] = {}
-    it = tqdm(arrays, desc="backtest", unit="series", disable=not progress)
-    for sid, ts, v in it:
-        it.set_postfix_str(sid[:30])
-        origins = _backtest_timed(sid, ts, v, protos, settings, auto, auto_cands, per_model_time)
-        forecasts[sid] = origins
-        rows.extend(metrics_rows(sid, origins, settings.quantiles))
+    if jobs > 1 and len(arrays) > 1:
+        import multiprocessing as mp
+
+        # spawn (not fork: a forked child of a process that ran torch can deadlock); the
+        # trained global models travel to each worker once, as state_dicts
+        with mp.get_context("spawn").Pool(jobs, initializer=_worker_init, initargs=((protos, settings, auto, auto_cands),)) as pool:
+            results = pool.imap(_work_one, arrays, chunksize=1)
+            for sid, origins, tm in tqdm(results, total=len(arrays), desc="backtest", unit="series", disable=not progress):
+                forecasts[sid] = origins
+                rows.extend(metrics_rows(sid, origins, settings.quantiles))
+                for k, v in tm.items():
+                    per_model_time[k] = per_model_time.get(k, 0.0) + v
+    else:
+        it = tqdm(arrays, desc="backtest", unit="series", disable=not progress)
+        for sid, ts, v in it:
+            it.set_postfix_str(sid[:30])
+            origins = _backtest_timed(sid, ts, v, protos, settings, auto, auto_cands, per_model_time)
+            forecasts[sid] = origins
+            rows.extend(metrics_rows(sid, origins, settings.quantiles))
     df = pd.DataFrame(rows)
     summary = summarize(df) if len(df) else pd.DataFrame()
     n = max(1, len(arrays))
     for m, s in per_model_time.items():
         timings[m] = {"seconds_total": s, "seconds_per_series": s / n}
     return BacktestRun(df, summary, forecasts, timings, lstm_report)
+
+
+_WORK: Any = None
+
+
+def _worker_init(work) -> None:
+    global _WORK
+    _WORK = work
+    try:
+        import torch
+
+        torch.set_num_threads(1)  # one process per core
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def _work_one(item):
+    sid, ts, v = item
+    protos, settings, auto, auto_cands = _WORK
+    tm: dict[str, float] = {}
+    origins = _backtest_timed(sid, ts, v, protos, settings, auto, auto_cands, tm)
+    return sid, origins, tm
 
 
 def _grid_step(frame) -> float:

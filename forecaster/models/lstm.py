@@ -270,6 +270,27 @@ class GlobalLSTM(Model):
             self.offsets_ = {quantile_key(q): self._extend(v, h) - med for q, v in self._own_q.items()}
         return super()._quantiles(mean, h, quantiles)
 
+    # --- pickling (worker processes get the trained network as a state_dict) -------------------
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        net = state.pop("net_", None)
+        # numpy, not tensors: multiprocessing would share tensors through file descriptors
+        state["_net_state"] = None if net is None else {k: v.detach().cpu().numpy().copy() for k, v in net.state_dict().items()}
+        state["params"] = {k: v for k, v in self.params.items() if k != "_net"}
+        return state
+
+    def __setstate__(self, state):
+        net_state = state.pop("_net_state", None)
+        self.__dict__.update(state)
+        self.net_ = None
+        if net_state is not None:
+            import torch
+
+            net = self._build()
+            net.load_state_dict({k: torch.from_numpy(v) for k, v in net_state.items()})
+            net.eval()
+            self.net_ = net
+
     # --- checkpoint ------------------------------------------------------------------------
     def save(self, path) -> None:
         import torch

@@ -1,4 +1,5 @@
-"""Prophet (daily seasonality, plus weekly when the history spans two weeks), offline and quiet.
+"""Prophet (daily seasonality; weekly too when fit_days >= 14), offline and quiet. Fitted on the
+last ``fit_days`` (default 7: half the cost of 14, and at 5-60 minutes the weekly term is noise).
 
 Prophet forecasts a function of time, not of the latest values, so a rolling backtest is one
 ``predict`` over the validation span, and a refresh only moves the forecast timestamps. At
@@ -31,7 +32,7 @@ class ProphetModel(Model):
 
     def __init__(self, **params):
         super().__init__(**params)
-        self.fit_days = float(params.get("fit_days", 14.0))
+        self.fit_days = float(params.get("fit_days", 7.0))
         self.step_ = float(params.get("step_seconds", 0.0))
         if self.fit_days <= 0:
             raise ModelError(f"prophet.fit_days must be > 0 (got {self.fit_days})")
