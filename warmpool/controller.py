@@ -239,12 +239,19 @@ class Controller:
                 c = st.containers.get(d.container_id)
                 if c is None or d.container_id in st.claiming:
                     continue
+                # the decision saw an older state: a claim may have completed since
+                if c.state == "claimed" or (d.reason == "dead" and c.state != "dead"):
+                    continue
+                st.claiming.add(d.container_id)  # busy: no claim may pick it while it goes
             try:
                 self.backend(st.spec).delete(st.spec, d.container_id)
             except BackendError as exc:
                 log.warning("pool %s: delete %s failed: %s (retried next round)", d.pool, d.container_id, exc)
+                with self._lock:
+                    st.claiming.discard(d.container_id)
                 continue
             with self._lock:
+                st.claiming.discard(d.container_id)
                 st.containers.pop(d.container_id, None)
                 if d.reason == "expired_unused":
                     st.decay = st.decay.on_expired_unused()

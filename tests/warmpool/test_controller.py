@@ -151,3 +151,37 @@ def test_the_cold_start_model_is_exported_as_metrics(clock):
     ctl, store, sim = setup(clock)
     ctl.step()
     assert sample(ctl, "foresight_warmpool_cold_start_model_seconds", runtime_class="crun", component="total", quantile="p90") == pytest.approx(0.136)
+
+
+def test_claims_racing_with_expiry_never_get_a_container_that_is_being_deleted(clock):
+    import threading
+
+    ctl, store, sim = setup(clock, max_warm=40)
+    publish(store, clock, [40.0])
+    settle(ctl, clock)
+    publish(store, clock, [0.0])
+    clock.advance(500)  # every warm container is past its deadline
+    got, errors = [], []
+    start = threading.Barrier(9)
+
+    def claimer():
+        start.wait()
+        for _ in range(5):
+            try:
+                got.append(ctl.claim("web", allow_cold=False).container_id)
+            except NoWarmContainer:
+                pass
+            except Exception as exc:  # noqa: BLE001 - any other failure is the bug
+                errors.append(exc)
+
+    threads = [threading.Thread(target=claimer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    start.wait()
+    ctl.step()
+    for t in threads:
+        t.join()
+    alive = set(sim.container_ids())
+    assert not errors and len(got) == len(set(got))
+    assert set(got) <= alive  # nothing handed out was deleted under the claimer
+    assert ctl.describe()["pools"][0]["warm"] == 0 and len(alive) == len(got)
