@@ -29,7 +29,7 @@ from adapter.metrics import NoData, ServedValue, served_cores, served_load_ratio
 from adapter.quantity import format_quantity
 from adapter.selectors import SelectorError, parse_selector
 from adapter.settings import METRIC_CORES, METRIC_LOAD_RATIO, METRICS, AdapterSettings
-from adapter.state import ForecastCache
+from adapter.state import NAME_KEYS, ForecastCache
 from forecaster.store import Forecast, ForecastStore, StoreError, StoreUnavailable
 
 log = logging.getLogger("foresight.adapter")
@@ -305,7 +305,8 @@ class AdapterCore:
             return 503, status_body(503, "the forecast store is unavailable and the cached forecasts are too old")
         if not matched:
             return 404, status_body(
-                404, f"the server could not find the metric {metric} for namespace {ns} with selector {selector_text}"
+                404, f"the server could not find the metric {metric} for namespace {ns} with selector "
+                f"{selector_text if len(selector_text) <= 200 else selector_text[:200] + '...'}"
             )
         items = []
         ts = rfc3339(now)
@@ -330,10 +331,11 @@ class AdapterCore:
     def match(self, ns: str, selector) -> list[tuple[str, Forecast | None, dict[str, str]]]:
         """Workloads of a namespace matching a selector, with their forecasts and labels."""
         names = None
-        for key in ("workload", "deployment", "statefulset"):
-            names = selector.equality_values(key)
-            if names is not None:
-                break
+        if self.cache.names_are_labels:
+            for key in NAME_KEYS:
+                names = selector.equality_values(key)
+                if names is not None:
+                    break
         if names is None:
             self.cache.ensure_index()
             names = sorted(n for n, labels in self.cache.workloads(ns).items() if selector.matches(labels))
@@ -488,7 +490,14 @@ class HotPath:
                             [(b"www-authenticate", b'Bearer realm="foresight"')])
                 return
             if route == "apis" and (path == "/apis" or path.startswith("/apis/")):
-                code, body = self.core.answer_apis(scope["method"], path, scope.get("query_string", b""))
+                try:
+                    code, body = self.core.answer_apis(scope["method"], path, scope.get("query_string", b""))
+                except StoreError:
+                    log.exception("store error while answering %s", path)
+                    code, body = 503, status_body(503, "the forecast store could not be read; try again shortly")
+                except Exception:  # noqa: BLE001 - the HPA gets a Status, never a bare 500
+                    log.exception("unhandled error while answering %s", path)
+                    code, body = 500, status_body(500, "internal error; see the adapter's log")
                 extra = [(b"allow", b"GET")] if code == 405 else []
                 await _send(send, code, body, scope["method"] == "HEAD", extra)
                 return

@@ -170,7 +170,7 @@ def build_app(opts: dict[str, Any]):
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from adapter.server import ENV_OPTIONS, uvicorn_kwargs
+    from adapter.server import ENV_OPTIONS, tune_process, uvicorn_kwargs
 
     opts = options_from_args(args)
     settings, url = build_settings(opts)  # fail fast on bad config, before any worker starts
@@ -200,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
         from forecaster.store import open_store
 
         kw.pop("workers")
+        tune_process()
         config = uvicorn.Config(create_app(settings, open_store(url)), **kw)
         uvicorn.Server(config).run()
     else:

@@ -55,6 +55,8 @@ class MetricSettings:
     quantile: str = "p90"
     max_forecast_age_seconds: float = 300.0
     observed_floor: bool = True
+    # the fallback value must itself be recent: an observation older than this is not served
+    max_observed_age_seconds: float = 900.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -68,6 +70,11 @@ class MetricSettings:
             problems.append(
                 f"max_forecast_age_seconds: {self.max_forecast_age_seconds!r} must be a finite number > 0"
             )
+        if not (
+            isinstance(self.max_observed_age_seconds, (int, float))
+            and self.max_observed_age_seconds > 0
+        ):
+            problems.append(f"max_observed_age_seconds: {self.max_observed_age_seconds!r} must be a number > 0")
         if not isinstance(self.quantile, str) or not (self.quantile == "mean" or self.quantile.startswith("p")):
             problems.append(f"quantile: {self.quantile!r} must be 'mean' or a key like 'p90'")
         if problems:
@@ -159,7 +166,12 @@ def served_cores(
     observed: float | None = None,
 ) -> ServedValue:
     """Predicted CPU demand in cores (``predicted_cpu_cores``, HPA target type AverageValue)."""
-    obs = _finite_non_negative(observed) if observed is not None else observed_now(fc)
+    if observed is not None:
+        obs = _finite_non_negative(observed)
+    else:
+        obs = observed_now(fc)
+        if obs is not None and now - fc.observed[-1][0] > settings.max_observed_age_seconds:
+            obs = None  # an hour-old observation is no better than a stale forecast
     if fc is None:
         return _fallback(obs, "no forecast published")
     age = now - fc.generated_at

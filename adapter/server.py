@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import ssl
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -122,9 +123,16 @@ def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 8443, certfil
 
 # --- multi-worker: each worker process builds the app from options in the environment -----
 
+def tune_process() -> None:
+    """For a process whose job is serving: hand the GIL over every 0.5 ms instead of 5 ms,
+    so the cache refresher thread's bursts add < 1 ms to a request, not up to 5 ms each."""
+    sys.setswitchinterval(0.0005)
+
+
 def app_from_env():
     """uvicorn factory (``adapter.server:app_from_env``) used by ``foresight serve``."""
     from adapter.cli import build_app
 
+    tune_process()
     opts = json.loads(os.environ[ENV_OPTIONS])
     return build_app(opts)

@@ -24,7 +24,7 @@ from forecaster.store import Forecast, ForecastStore, StoreError, StoreUnavailab
 
 log = logging.getLogger("foresight.adapter.state")
 
-_MISSING = object()
+NAME_KEYS = ("workload", "deployment", "statefulset")
 
 
 def _generations(store: ForecastStore, series_ids: list[str]) -> dict[str, int] | None:
@@ -61,6 +61,16 @@ def _series_ids(store: ForecastStore) -> list[str]:
         return store.list_series()
     raw = call(r.zrangebyscore, key("series"), time.time() - ttl, "+inf")
     return sorted(m.decode() if isinstance(m, bytes) else m for m in raw)
+
+
+def _series_count(store: ForecastStore) -> int | None:
+    """Number of live series in O(log n) when the store can tell (Redis: ZCOUNT of the
+    index above the TTL cutoff, so both new and expiring series change it), else None."""
+    r, key, call = getattr(store, "_r", None), getattr(store, "_k", None), getattr(store, "_call", None)
+    ttl = getattr(store, "ttl_seconds", None)
+    if r is None or not callable(key) or not callable(call) or not isinstance(ttl, (int, float)):
+        return None
+    return int(call(r.zcount, key("series"), time.time() - ttl, "+inf"))
 
 
 def labels_of(series_id: str, fc: Forecast | None, configured: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -100,6 +110,8 @@ class ForecastCache:
         self._entries: dict[str, tuple[Forecast | None, float]] = {}
         self._labels: dict[str, dict[str, dict[str, str]]] = {}  # ns -> name -> labels
         self._index_at: float | None = None
+        self._listed_at: float | None = None
+        self._indexed_count: int | None = None
         self._pending: set[str] = set()
         self._lock = threading.Lock()
         self._idx_lock = threading.RLock()  # the index is read by requests while the refresher edits it
@@ -107,6 +119,9 @@ class ForecastCache:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._down_until = 0.0
+        # True while every workload's workload/deployment/statefulset label is its name, so
+        # `workload=x` can be answered by looking up "<ns>/x" instead of scanning the namespace.
+        self.names_are_labels = True
         self._last_error: str | None = None
         self._last_ok: float | None = None
         self._on_store_error = on_store_error
@@ -166,11 +181,35 @@ class ForecastCache:
                     else:
                         changed.append(sid)
                 chunk = changed
-            got = self.store.latest_many(chunk) if chunk else {}
+            got = self._read_many(chunk) if chunk else {}
             now = self.clock()
             self._ok(now)
             for sid in chunk:
                 self._store_entry(sid, got.get(sid), now)
+
+    def _read_many(self, ids: list[str]) -> dict[str, Forecast]:
+        """latest_many, but a forecast the store cannot decode (StoreError that is not an
+        outage) only loses that one series, logged, instead of its whole batch."""
+        try:
+            return self.store.latest_many(ids)
+        except StoreUnavailable:
+            raise
+        except StoreError:
+            out: dict[str, Forecast] = {}
+            for sid in ids:
+                fc = self._read_one(sid)
+                if fc is not None:
+                    out[sid] = fc
+            return out
+
+    def _read_one(self, sid: str) -> Forecast | None:
+        try:
+            return self.store.latest(sid)
+        except StoreUnavailable:
+            raise
+        except StoreError as exc:
+            log.warning("ignoring the unreadable forecast of %s: %s", sid, exc)
+            return None
 
     # --- bookkeeping --------------------------------------------------------------------
     def _ok(self, now: float) -> None:
@@ -186,6 +225,8 @@ class ForecastCache:
 
     def _put_labels(self, sid: str, labels: dict[str, str]) -> None:
         ns, _, name = sid.partition("/")
+        if any(labels.get(k, name) != name for k in NAME_KEYS):
+            self.names_are_labels = False  # a configured label renames it: scan, don't look up
         with self._idx_lock:
             names = self._labels.setdefault(ns, {})
             if names.get(name) != labels:  # keep the old dict when equal: its JSON stays cached
@@ -197,15 +238,35 @@ class ForecastCache:
             self._put_labels(sid, labels_of(sid, fc, self.configured.get(sid)))
 
     # --- reads --------------------------------------------------------------------------
-    def refresh_index(self) -> None:
-        """List the store's series and read the ones not cached yet (their meta has labels)."""
+    FULL_LISTING_SECONDS = 300.0
+
+    def refresh_index(self, force: bool = False) -> None:
+        """List the store's series and read the ones not cached yet (their meta has labels).
+
+        With Redis, a full listing (100k members to decode: ~0.4 s of CPU that competes with
+        requests for the GIL) runs only when the series count moved or every 5 minutes;
+        between them, expired series linger in the index harmlessly (lookups find no
+        forecast and skip them)."""
+        count = _series_count(self.store)
+        if (
+            not force
+            and count is not None
+            and count == self._indexed_count
+            and self._listed_at is not None
+            and self.clock() - self._listed_at < self.FULL_LISTING_SECONDS
+        ):
+            self._ok(self.clock())
+            self._index_at = self.clock()
+            return
         ids = _series_ids(self.store)
+        self._indexed_count = count
+        self._listed_at = self.clock()
         now = self.clock()
         self._ok(now)
         unknown = [s for s in ids if s not in self._entries]
         for i in range(0, len(unknown), 1000):
             chunk = unknown[i : i + 1000]
-            got = self.store.latest_many(chunk)
+            got = self._read_many(chunk)
             now = self.clock()
             for sid in chunk:
                 self._store_entry(sid, got.get(sid), now)
@@ -253,7 +314,7 @@ class ForecastCache:
         if now < self._down_until:
             return self._stale_or_raise(entry, now, StoreUnavailable(self._last_error or "store unavailable"))
         try:
-            fc = self.store.latest(series_id)
+            fc = self._read_one(series_id)
         except StoreUnavailable as exc:
             self._failed(exc)
             return self._stale_or_raise(entry, now, exc)

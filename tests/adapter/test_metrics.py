@@ -162,7 +162,7 @@ def test_served_values_are_always_finite_non_negative_and_floored(values, observ
     try:
         sv = served_load_ratio(fc, T0 + offset, pods, 0.25, s)
     except NoData:
-        assert observed is None
+        assert observed is None or offset > s.max_observed_age_seconds  # nothing recent to fall back on
         return
     assert math.isfinite(sv.value) and sv.value >= 0
     if sv.observed is not None:
@@ -209,3 +209,11 @@ def test_the_fast_window_max_equals_the_straightforward_reference(values, observ
         assert got is None
     else:
         assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
+
+
+def test_an_old_observation_is_not_served_as_the_fallback():
+    fc = fc_of([5.0, 5.0], observed=2.0, generated_at=T0 - 3600)
+    with pytest.raises(NoData):
+        served_cores(fc, T0 + 3600, S)
+    # the same observation is fine while recent
+    assert served_cores(fc, T0 + 600, S).value == 2.0

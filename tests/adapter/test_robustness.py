@@ -1,0 +1,54 @@
+"""Odd data and odd labels: a corrupt stored forecast, labels that rename a workload."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+from fastapi.testclient import TestClient
+
+from adapter.app import create_app
+from adapter.settings import AdapterSettings, CacheSettings
+from forecaster.store import MemoryForecastStore, RedisForecastStore
+from tests.adapter.helpers import EXT, sample_forecast
+
+
+def test_a_corrupt_forecast_in_redis_only_loses_that_workload(redis_url):
+    store = RedisForecastStore(redis_url)
+    now = time.time()
+    for name in ("good", "bad", "fine"):
+        store.publish(sample_forecast("shop", name, now=now, labels={"tier": "web"}))
+    r = redis.Redis.from_url(redis_url)
+    r.set("foresight:fc:shop/bad", b"{not json")
+    r.close()
+    app = create_app(AdapterSettings(cache=CacheSettings(ttl_seconds=0.1)), store)
+    with TestClient(app, raise_server_exceptions=False) as c:
+        ok = c.get(f"{EXT}/namespaces/shop/predicted_cpu_cores", params={"labelSelector": "tier=web"})
+        bad = c.get(f"{EXT}/namespaces/shop/predicted_cpu_cores", params={"labelSelector": "workload=bad"})
+        time.sleep(0.3)
+        again = c.get(f"{EXT}/namespaces/shop/predicted_cpu_cores", params={"labelSelector": "workload=good"})
+        listing = c.get("/api/v1/forecasts")
+    assert ok.status_code == 200
+    assert sorted(i["metricLabels"]["workload"] for i in ok.json()["items"]) == ["fine", "good"]
+    assert bad.status_code == 404 and bad.json()["kind"] == "Status"
+    assert again.status_code == 200  # the bad key did not make the store look down
+    assert listing.status_code == 200
+
+
+def test_a_configured_label_that_renames_a_workload_is_still_found():
+    store = MemoryForecastStore()
+    store.publish(sample_forecast("shop", "web-v2", now=time.time()))
+    settings = AdapterSettings(workload_labels={"shop/web-v2": {"workload": "web", "deployment": "web-v2"}})
+    with TestClient(create_app(settings, store)) as c:
+        r = c.get(f"{EXT}/namespaces/shop/predicted_cpu_cores", params={"labelSelector": "workload=web"})
+        gone = c.get(f"{EXT}/namespaces/shop/predicted_cpu_cores", params={"labelSelector": "workload=web-v2"})
+    assert r.status_code == 200 and r.json()["items"][0]["metricLabels"]["deployment"] == "web-v2"
+    assert gone.status_code == 404
+
+
+def test_a_huge_selector_is_not_echoed_back_in_full():
+    sel = ",".join(f"k{i}=v" for i in range(2000))
+    with TestClient(create_app(None, MemoryForecastStore())) as c:
+        r = c.get(f"{EXT}/namespaces/shop/predicted_cpu_cores", params={"labelSelector": sel})
+    assert r.status_code == 404
+    assert len(r.json()["message"]) < 500
