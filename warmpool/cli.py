@@ -86,7 +86,7 @@ def _run(args) -> int:
     store = open_store(args.store)
     state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
     coldstart = ColdStartModel(policy.runtime_classes)
-    backends = build_backends(policy, state_dir, kubeconfig=args.kubeconfig, coldstart=coldstart)
+    backends = build_backends(policy, state_dir, kubeconfig=args.kubeconfig, coldstart=coldstart, store=store)
     ctl = Controller(policy, store, backends, settings=ControllerSettings(reconcile_interval_seconds=args.interval), coldstart=coldstart)
     server = HttpServer(create_app(ctl), args.host, args.port).start()
     print(f"warm pools {', '.join(p.name for p in policy.pools)} on {', '.join(sorted(backends))}; API on http://{args.host}:{server.port}", flush=True)

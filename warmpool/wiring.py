@@ -25,7 +25,8 @@ def default_state_dir() -> Path:
     return Path.home() / ".local" / "state" / "foresight" / "warmpool"
 
 
-def build_backends(policy: Policy, state_dir: str | Path, clock: Callable[[], float] = time.time, kubeconfig: str | None = None, coldstart=None) -> dict:
+def build_backends(policy: Policy, state_dir: str | Path, clock: Callable[[], float] = time.time, kubeconfig: str | None = None, coldstart=None,
+                   store=None) -> dict:
     """One backend instance per backend name used by the policy (checked up front)."""
     out: dict = {}
     for name in sorted({p.backend for p in policy.pools}):
@@ -40,7 +41,13 @@ def build_backends(policy: Policy, state_dir: str | Path, clock: Callable[[], fl
             from warmpool.backends.kubernetes import KubernetesBackend
 
             in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not kubeconfig
-            out[name] = KubernetesBackend(kubeconfig=kubeconfig or os.environ.get("KUBECONFIG"), in_cluster=in_cluster)
+            affinity = None
+            if store is not None:  # warm pods prefer nodes predicted to stay cool (same scores as the extender)
+                from forecaster.nodes import placement_affinity
+
+                affinity = lambda: placement_affinity(store)  # noqa: E731
+            out[name] = KubernetesBackend(kubeconfig=kubeconfig or os.environ.get("KUBECONFIG"), in_cluster=in_cluster,
+                                          affinity_provider=affinity)
         elif name == "sim":
             from warmpool.backends.sim import SimBackend
 

@@ -143,3 +143,43 @@ def test_e2e_warm_pods_on_a_real_cluster(clock):
     finally:
         for x in backend.list(pool):
             backend.delete(pool, x.id)
+
+
+def test_warm_pods_prefer_nodes_predicted_cool_using_the_extender_scores(fake, clock):
+    """Issue 7: the same node-load forecasts that drive the scheduler extender become the warm
+    pods' nodeAffinity preferences (hot node avoided, cool node preferred)."""
+    from forecaster.nodes import placement_affinity
+
+    now = clock()
+    node_store = MemoryForecastStore()
+    for node, zone, load in [("node-hot", "zone-a", 0.97), ("node-cool", "zone-b", 0.10), ("node-mid", "zone-b", 0.5)]:
+        node_store.publish(make_forecast(f"node/{node}", origin=now, step_seconds=60, mean=[load] * 5,
+                                         quantiles={"p50": [load] * 5, "p90": [load] * 5}, model="t",
+                                         observed=((now, load),), generated_at=now,
+                                         meta={"kind": "Node", "node": node, "zone": zone}))
+    backend = KubernetesBackend(host=fake.url, affinity_provider=lambda: placement_affinity(node_store, now=now))
+    ctl, store, _ = controller(backend, clock)
+    ctl.step()
+    pod = next(iter(fake.pods.values()))
+    aff = pod["spec"]["affinity"]["nodeAffinity"]
+    prefs = aff["preferredDuringSchedulingIgnoredDuringExecution"]
+    weights = {}
+    for p in prefs:
+        for f in p["preference"].get("matchFields", []):
+            if f["operator"] == "In":
+                weights[f["values"][0]] = p["weight"]
+    assert weights.get("node-cool", 0) > weights.get("node-mid", 0)
+    assert "node-hot" not in weights
+    flat = str(prefs)
+    assert "node-hot" in flat and "NotIn" in flat  # actively avoided
+
+
+def test_a_failing_placement_provider_never_blocks_warm_pod_creation(fake, clock):
+    def broken():
+        raise RuntimeError("store down")
+
+    backend = KubernetesBackend(host=fake.url, affinity_provider=broken)
+    ctl, store, _ = controller(backend, clock)
+    ctl.step()
+    assert len(fake.pods) == 2
+    assert "affinity" not in next(iter(fake.pods.values()))["spec"]

@@ -14,8 +14,9 @@ Idle time and deadline ride along as annotations, so a restarted controller adop
 
 from __future__ import annotations
 
+import logging
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -24,6 +25,8 @@ from kubernetes.client.exceptions import ApiException
 from warmpool.backends.base import BackendError, ClaimConflict, CreateError
 from warmpool.policy import PoolSpec
 from warmpool.reconcile import Container
+
+log = logging.getLogger(__name__)
 
 POOL_LABEL = "foresight.dev/pool"
 STATE_LABEL = "foresight.dev/state"
@@ -56,9 +59,31 @@ def _f(v: Any) -> float | None:
 class KubernetesBackend:
     name = "kubernetes"
 
-    def __init__(self, api=None, *, host: str | None = None, kubeconfig: str | None = None, in_cluster: bool = False, timeout_seconds: float = 10.0):
+    def __init__(self, api=None, *, host: str | None = None, kubeconfig: str | None = None, in_cluster: bool = False,
+                 timeout_seconds: float = 10.0, affinity_provider: Callable[[], Mapping[str, Any] | None] | None = None,
+                 affinity_ttl_seconds: float = 10.0):
         self.api = api or make_api(host, kubeconfig, in_cluster)
         self.timeout = timeout_seconds
+        # Node-load forecasts steer warm pods: the provider returns a V1NodeAffinity-shaped dict
+        # (forecaster.nodes.placement_affinity, the same scores as the scheduler extender).
+        self.affinity_provider = affinity_provider
+        self.affinity_ttl_seconds = affinity_ttl_seconds
+        self._affinity: tuple[float, Mapping[str, Any] | None] = (-1e18, None)
+
+    def node_affinity(self) -> Mapping[str, Any] | None:
+        """Cached affinity preferences; a failing provider means no preferences, never a failed create."""
+        if self.affinity_provider is None:
+            return None
+        t, aff = self._affinity
+        if time.monotonic() - t < self.affinity_ttl_seconds:
+            return aff
+        try:
+            aff = self.affinity_provider() or None
+        except Exception as exc:  # noqa: BLE001 - placement is a preference, creation goes on
+            log.warning("node placement preferences unavailable: %s", exc)
+            aff = None
+        self._affinity = (time.monotonic(), aff)
+        return aff
 
     def _pod_body(self, pool: PoolSpec, cid: str, state: str, now: float, deadline: float) -> dict:
         res = dict(pool.template.resources)
@@ -71,6 +96,10 @@ class KubernetesBackend:
         spec: dict[str, Any] = {"containers": [container], "restartPolicy": "Always"}
         if pool.runtime_class:
             spec["runtimeClassName"] = pool.runtime_class
+        if state == "warm":
+            aff = self.node_affinity()
+            if aff:
+                spec["affinity"] = {"nodeAffinity": dict(aff)}
         return {
             "apiVersion": "v1",
             "kind": "Pod",
