@@ -56,6 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cpu-request", type=float, default=0.5, help="CPU request per pod (cores)")
     p.add_argument("--policy", help="warm-pool policy YAML (default: the bundled example)")
     p.add_argument("--no-warmpool", action="store_true", help="do not run the warm pool")
+    p.add_argument("--warmpool-port", type=int, default=8091, help="claim/release API port (0 = any free port)")
     p.add_argument("--no-serve", action="store_true", help="do not serve HTTPS (forecasts only)")
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0 = run until Ctrl-C)")
     p.add_argument("--once", action="store_true", help="fit, publish one round of forecasts, print them, exit")
@@ -237,7 +238,7 @@ def _free_port(host: str) -> int:
 def _start_warmpool(args, store):
     from warmpool.embedded import start_embedded
 
-    return start_embedded(store, args.policy)
+    return start_embedded(store, args.policy, port=args.warmpool_port)
 
 
 def run_up(args: argparse.Namespace) -> int:
@@ -286,7 +287,12 @@ def run_up(args: argparse.Namespace) -> int:
         try:
             wp = _start_warmpool(args, store)
             handles.append(wp)
-            print(f"  warm pool: {wp.describe()}")
+            d = wp.describe()
+            print(f"  warm pool ({d['mode']}):")
+            for pool in d.get('pools', []):
+                print(f"    pool {pool['pool']}: follows {pool['series']}, {pool['warm']} warm, runtime {pool['runtime_class']}")
+            if wp.url:
+                print(f"    curl -X POST {wp.url}/api/v1/pools/<pool>/claim    state: {wp.url}/api/v1/pools")
         except ImportError as exc:
             print(f"  warm pool: not available in this build ({exc})")
 
