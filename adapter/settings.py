@@ -37,7 +37,10 @@ class AuthSettings:
       verified against it.
     allowed_names: accepted common names of that certificate (empty: any name the CA signed).
     token: an optional static bearer token (for Prometheus, curl, tools).
-    anonymous_paths: answered without authentication (kubelet probes have no credentials).
+    anonymous_paths: answered without authentication: kubelet probes have no credentials, and
+      kube-scheduler calls its extender without any (it only verifies our serving cert); the
+      extender answers node scores only, never workload data. Drop the /scheduler paths here
+      if you do not run the scheduler profile.
     """
 
     requestheader_ca_file: str | None = None
@@ -45,7 +48,7 @@ class AuthSettings:
     token: str | None = None
     username_headers: tuple[str, ...] = ("x-remote-user",)
     group_headers: tuple[str, ...] = ("x-remote-group",)
-    anonymous_paths: tuple[str, ...] = ("/healthz", "/readyz", "/livez")
+    anonymous_paths: tuple[str, ...] = ("/healthz", "/readyz", "/livez", "/scheduler/filter", "/scheduler/prioritize")
 
     @property
     def enabled(self) -> bool:

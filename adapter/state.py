@@ -28,49 +28,21 @@ NAME_KEYS = ("workload", "deployment", "statefulset")
 
 
 def _generations(store: ForecastStore, series_ids: list[str]) -> dict[str, int] | None:
-    """Generation counters of many series in one round trip, when the store can tell them
-    cheaply (Redis: one MGET of the documented ``gen:`` keys); None otherwise.
-
-    Works around ForecastStore having no ``generations()`` method yet (owned by forecaster/).
-    """
+    """Generation counters of many series in one round trip (Redis: one MGET), or None when
+    the store cannot tell."""
     fn = getattr(store, "generations", None)
-    if callable(fn):
-        return fn(series_ids)
-    r, key, call = getattr(store, "_r", None), getattr(store, "_k", None), getattr(store, "_call", None)
-    if r is None or not callable(key) or not callable(call):
-        return None
-    raw = call(r.mget, [key("gen", s) for s in series_ids])
-    out = {}
-    for sid, v in zip(series_ids, raw):
-        if v is not None:
-            try:
-                out[sid] = int(v)
-            except ValueError:
-                pass
-    return out
+    return fn(series_ids) if callable(fn) else None
 
 
 def _series_ids(store: ForecastStore) -> list[str]:
-    """Every live series. With Redis, read the documented ``series`` index scored by
-    generated_at and drop entries older than the store's TTL (their forecast key has
-    expired) instead of list_series()'s EXISTS per series, which costs ~1.8 s of CPU at
-    100k series and stalls requests. Falls back to the protocol's list_series()."""
-    r, key, call = getattr(store, "_r", None), getattr(store, "_k", None), getattr(store, "_call", None)
-    ttl = getattr(store, "ttl_seconds", None)
-    if r is None or not callable(key) or not callable(call) or not isinstance(ttl, (int, float)):
-        return store.list_series()
-    raw = call(r.zrangebyscore, key("series"), time.time() - ttl, "+inf")
-    return sorted(m.decode() if isinstance(m, bytes) else m for m in raw)
+    """Every live series (Redis: one ZRANGEBYSCORE over the publish-time index)."""
+    return store.list_series()
 
 
 def _series_count(store: ForecastStore) -> int | None:
-    """Number of live series in O(log n) when the store can tell (Redis: ZCOUNT of the
-    index above the TTL cutoff, so both new and expiring series change it), else None."""
-    r, key, call = getattr(store, "_r", None), getattr(store, "_k", None), getattr(store, "_call", None)
-    ttl = getattr(store, "ttl_seconds", None)
-    if r is None or not callable(key) or not callable(call) or not isinstance(ttl, (int, float)):
-        return None
-    return int(call(r.zcount, key("series"), time.time() - ttl, "+inf"))
+    """Number of live series, cheaply, or None when the store cannot tell."""
+    fn = getattr(store, "count_series", None)
+    return int(fn()) if callable(fn) else None
 
 
 def labels_of(series_id: str, fc: Forecast | None, configured: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -145,6 +145,13 @@ class ForecastStore(Protocol):
     def list_series(self) -> list[str]:
         """Every series with a live forecast, sorted."""
 
+    def generations(self, series_ids: Iterable[str]) -> dict[str, int]:
+        """Current generation of many series in one round trip (cheap change detection for
+        readers that cache forecasts); missing series are left out."""
+
+    def count_series(self) -> int:
+        """Number of series with a live forecast (cheap)."""
+
     def ping(self) -> bool:
         """True when the store answers (raises nothing)."""
 
@@ -186,6 +193,14 @@ class MemoryForecastStore:
             items = list(self._data.values())
         return sorted(f.series_id for f in items if self._alive(f))
 
+    def generations(self, series_ids: Iterable[str]) -> dict[str, int]:
+        with self._lock:
+            items = {s: self._data[s] for s in series_ids if s in self._data}
+        return {s: f.generation for s, f in items.items() if self._alive(f)}
+
+    def count_series(self) -> int:
+        return len(self.list_series())
+
     def ping(self) -> bool:
         return True
 
@@ -201,8 +216,9 @@ class RedisForecastStore:
       inside MULTI/EXEC together with the generation bump, so a reader's GET returns one
       complete forecast (old or new), never half of one; dead series expire by TTL.
     - ``{p}gen:{series}``: the generation counter (INCR).
-    - ``{p}series``: a sorted set of series ids scored by generated_at (the index for
-      list_series; entries whose forecast key expired are dropped when listed).
+    - ``{p}series``: a sorted set of series ids scored by publish time (the index for
+      list_series/count_series: a member older than the TTL has an expired forecast key, so
+      listing is one ZRANGEBYSCORE, and old members are trimmed with ZREMRANGEBYSCORE).
     """
 
     def __init__(
@@ -252,7 +268,7 @@ class RedisForecastStore:
             pipe.multi()
             pipe.set(gen_key, gen, ex=self.ttl_seconds * 2)
             pipe.set(self._k("fc", sid), payload, ex=self.ttl_seconds)
-            pipe.zadd(self._k("series"), {sid: forecast.generated_at})
+            pipe.zadd(self._k("series"), {sid: time.time()})
             return gen
 
         return int(self._call(self._r.transaction, tx, gen_key, value_from_callable=True))
@@ -272,21 +288,29 @@ class RedisForecastStore:
                     out[sid] = Forecast.from_json(raw)
         return out
 
+    def _cutoff(self) -> float:
+        return time.time() - self.ttl_seconds
+
     def list_series(self) -> list[str]:
-        members = [m.decode() if isinstance(m, bytes) else m for m in self._call(self._r.zrange, self._k("series"), 0, -1)]
-        alive: list[str] = []
-        dead: list[str] = []
-        for i in range(0, len(members), 1000):
-            chunk = members[i : i + 1000]
-            pipe = self._r.pipeline(transaction=False)
-            for s in chunk:
-                pipe.exists(self._k("fc", s))
-            flags = self._call(pipe.execute)
-            for s, ok in zip(chunk, flags):
-                (alive if ok else dead).append(s)
-        if dead:
-            self._call(self._r.zrem, self._k("series"), *dead)
-        return sorted(alive)
+        cutoff = self._cutoff()
+        raw = self._call(self._r.zrangebyscore, self._k("series"), cutoff, "+inf")
+        # forget members whose forecast expired (cheap, bounded by what expired)
+        self._call(self._r.zremrangebyscore, self._k("series"), "-inf", f"({cutoff}")
+        return sorted(m.decode() if isinstance(m, bytes) else m for m in raw)
+
+    def count_series(self) -> int:
+        return int(self._call(self._r.zcount, self._k("series"), self._cutoff(), "+inf"))
+
+    def generations(self, series_ids: Iterable[str]) -> dict[str, int]:
+        ids = list(series_ids)
+        out: dict[str, int] = {}
+        for i in range(0, len(ids), 5000):
+            chunk = ids[i : i + 5000]
+            raws = self._call(self._r.mget, [self._k("gen", s) for s in chunk])
+            for sid, v in zip(chunk, raws):
+                if v is not None:
+                    out[sid] = int(v)
+        return out
 
     def ping(self) -> bool:
         try:

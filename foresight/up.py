@@ -221,7 +221,14 @@ def _start_adapter(args, store, workloads):
     from adapter.tls import ensure_serving_cert
 
     cert, key = ensure_serving_cert(Path(args.cert_dir), hosts=[args.host, "localhost"])
-    settings = AdapterSettings(dashboard_title="foresight up (bundled traces)")
+    from adapter.server import tune_process
+
+    settings = AdapterSettings(
+        dashboard_title="foresight up (bundled traces)",
+        workload_labels={w.series_id: {"workload": w.name, "deployment": w.name, **w.labels} for w in workloads},
+        workload_capacity={w.series_id: {"cpu_request_cores": w.cpu_request_cores} for w in workloads},
+    )
+    tune_process()
     app = create_app(settings, store)
     port = args.port or _free_port(args.host)
     return serve_in_thread(app, args.host, port, certfile=str(cert), keyfile=str(key))

@@ -322,9 +322,9 @@ def test_a_client_asking_for_protobuf_first_gets_json():
 
 def test_label_selectors_over_a_redis_store_and_expired_series_drop_out(redis_url):
     store = RedisForecastStore(redis_url, ttl_seconds=2)
-    now = time.time()
-    store.publish(sample_forecast("shop", "a", now=now, labels={"tier": "web"}))
-    store.publish(sample_forecast("shop", "b", now=now - 1.5, labels={"tier": "web"}))  # expires first
+    store.publish(sample_forecast("shop", "b", now=time.time(), labels={"tier": "web"}))  # published first, expires first
+    time.sleep(1.2)
+    store.publish(sample_forecast("shop", "a", now=time.time(), labels={"tier": "web"}))
     settings = AdapterSettings(cache=CacheSettings(ttl_seconds=0.2, index_refresh_seconds=0.2))
     with TestClient(create_app(settings, store)) as c:
         names = lambda: sorted(i["metricLabels"]["workload"] for i in c.get(value_url("predicted_cpu_cores", "tier=web")).json().get("items", []))  # noqa: E731

@@ -225,3 +225,13 @@ def test_serve_rejects_bad_options_with_a_clear_message(tmp_path):
     from foresight.cli import main
 
     assert main(["serve", "--cert", str(tmp_path / "missing.crt")]) == 2
+
+
+def test_scheduler_extender_paths_need_no_credentials_but_metrics_still_do():
+    """kube-scheduler sends no credentials to an extender; everything else stays protected."""
+    from adapter.settings import AuthSettings
+
+    a = AuthSettings(token="t")
+    assert a.enabled
+    assert "/scheduler/prioritize" in a.anonymous_paths and "/scheduler/filter" in a.anonymous_paths
+    assert not any(p.startswith("/apis") or p.startswith("/api/v1") for p in a.anonymous_paths)

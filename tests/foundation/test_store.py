@@ -155,3 +155,11 @@ def test_open_store_rejects_unknown_urls():
     with pytest.raises(StoreError, match="memory://"):
         open_store("postgres://x")
     assert isinstance(open_store("memory://"), MemoryForecastStore)
+
+
+def test_generations_and_count_are_cheap_views_of_the_same_state(store):
+    for i in range(3):
+        store.publish(fc(sid=f"g/w{i}"))
+    store.publish(fc(sid="g/w1", level=3.0))
+    assert store.generations(["g/w0", "g/w1", "g/none"]) == {"g/w0": 1, "g/w1": 2}
+    assert store.count_series() == 3
