@@ -161,6 +161,7 @@ def main(argv=None) -> int:
     run = run_backtest(frame, models, settings, progress=True, lstm_params={"epochs": args.lstm_epochs}, jobs=args.jobs)
     wall = time.perf_counter() - t0
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    peak_worker_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0  # largest worker
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     run.rows[RESULT_COLUMNS].to_csv(RESULTS / f"{args.name}.csv", index=False)
@@ -199,7 +200,7 @@ def main(argv=None) -> int:
         checks["full_run_under_30_min"] = wall / 60 <= TARGETS["full_run_minutes_max"]
     if refresh:
         checks["refresh_1000_under_5_s"] = refresh["refresh_round_seconds"] <= TARGETS["refresh_1000_seconds_max"]
-    print(f"\nwall time {wall / 60:.1f} min, peak memory {peak_mb:.0f} MB")
+    print(f"\nwall time {wall / 60:.1f} min, peak memory {peak_mb:.0f} MB (main), {peak_worker_mb:.0f} MB (largest worker)")
     for k, v in checks.items():
         print(f"  {'PASS' if v else 'FAIL'}  {k}")
     try:
@@ -221,6 +222,7 @@ def main(argv=None) -> int:
             "lstm_training": run.lstm_report,
             "wall_seconds": wall,
             "peak_memory_mb": peak_mb,
+            "peak_memory_worker_mb": peak_worker_mb,
             "load_average_at_end": load,
             "refresh": refresh,
             "targets": {k: list(v) if isinstance(v, tuple) else v for k, v in TARGETS.items()},
