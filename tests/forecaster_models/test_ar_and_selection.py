@@ -85,3 +85,19 @@ def test_horizon_weights_change_what_counts(daily_series):
     assert early.scores[early.name] == min(early.scores.values())
     with pytest.raises(ModelError, match="horizon_weights"):
         SelectionSettings(horizon_weights=(-1.0, 0.0)).weights(2)
+
+
+def test_ets_filter_reproduces_statsmodels_holt_winters(slice_arrays):
+    import warnings
+
+    from statsmodels.tsa.holtwinters import ExponentialSmoothing
+
+    _, v = slice_arrays["azure2019-cluster-cpu-cores"]
+    y = v[-1600:]
+    y = np.where(np.isfinite(y), y, np.nanmean(y))
+    m = get_model("ets", fit_days=3).fit(y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = ExponentialSmoothing(y[-3 * 288 :], trend="add", damped_trend=True, seasonal="add",
+                                   seasonal_periods=288, initialization_method="heuristic").fit(use_brute=False)
+    assert np.allclose(m.predict(12).mean, ref.forecast(12), rtol=1e-6)
