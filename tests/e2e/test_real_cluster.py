@@ -75,10 +75,14 @@ def test_external_metrics_discovery_through_the_aggregator(api_client):
         pytest.skip(f"no external metrics APIService installed ({exc.status})")
     if not svc.spec.service or svc.spec.service.namespace != "foresight":
         pytest.skip(f"external.metrics.k8s.io is served by {svc.spec.service}, not foresight")
-    data, status, _ = api_client.call_api(
-        "/apis/external.metrics.k8s.io/v1beta1", "GET", response_type="object", _return_http_data_only=False,
+    import json
+
+    method, url, hp, body, post = api_client.param_serialize(
+        "GET", "/apis/external.metrics.k8s.io/v1beta1", header_params={"Accept": "application/json"},
         auth_settings=["BearerToken"],
     )
-    assert status == 200
-    names = {r["name"] for r in data["resources"]}
+    resp = api_client.call_api(method, url, header_params=hp, body=body, post_params=post, _request_timeout=10)
+    resp.read()
+    assert resp.status == 200
+    names = {r["name"] for r in json.loads(resp.data)["resources"]}
     assert {"predicted_cpu_load_ratio", "predicted_cpu_cores"} <= names
