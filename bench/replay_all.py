@@ -81,6 +81,45 @@ ADAPT3_VARIANTS = {
     "auto+rec adapt l200": ("predictive", {"model": "auto", "model_params": {"candidates": AUTO_REC}, "quantile": "p50", "margin_lambda": 200.0}),
     "auto p90 t0.75": ("predictive", {"model": "auto", "quantile": "p90", "target": 0.75}),
 }
+SHAPE = {"model": "auto", "quantile": "p50", "margin_lambda": 150.0}
+SHAPE_VARIANTS = {
+    "auto adapt l150": ("predictive", SHAPE),
+    "auto shape l150": ("predictive", {**SHAPE, "headroom": "auto"}),
+    "auto shape+persist l150": ("predictive", {**SHAPE, "headroom": "auto", "headroom_sources": ("model", "persistence")}),
+    "auto served l150": ("predictive", {**SHAPE, "headroom": "served"}),
+    "auto shape l100": ("predictive", {**SHAPE, "headroom": "auto", "margin_lambda": 100.0}),
+}
+SERVED_VARIANTS = {
+    "auto adapt l150": ("predictive", SHAPE),
+    "auto served1 l150": ("predictive", {**SHAPE, "headroom": "served"}),
+    "auto served1 l100": ("predictive", {**SHAPE, "headroom": "served", "margin_lambda": 100.0}),
+    "auto shape1 l150": ("predictive", {**SHAPE, "headroom": "auto"}),
+    "auto served1+persist l150": ("predictive", {**SHAPE, "headroom": "served", "headroom_sources": ("model", "persistence")}),
+}
+SP = {**SHAPE, "headroom": "served", "headroom_sources": ("model", "persistence")}
+FINE = (0.8, 0.9, 1.0, 1.05, 1.1, 1.15, 1.2, 1.27, 1.33, 1.4, 1.5, 1.6, 1.75, 2.0, 2.5)
+SERVED2_VARIANTS = {
+    "served1+persist l80": ("predictive", {**SP, "margin_lambda": 80.0}),
+    "served1+persist l100": ("predictive", {**SP, "margin_lambda": 100.0}),
+    "served1+persist l120": ("predictive", {**SP, "margin_lambda": 120.0}),
+    "served1+persist fine l120": ("predictive", {**SP, "margin_lambda": 120.0, "margin_grid": FINE}),
+    "served1+persist l120 h7": ("predictive", {**SP, "margin_lambda": 120.0, "margin_history_days": 7.0}),
+}
+FINER = (0.8, 0.9, 1.0, 1.03, 1.06, 1.1, 1.13, 1.17, 1.2, 1.25, 1.3, 1.35, 1.4, 1.5, 1.6, 1.75, 2.0, 2.5)
+SERVED3_VARIANTS = {
+    "auto adapt l150": ("predictive", SHAPE),
+    "served fine l80": ("predictive", {**SP, "margin_lambda": 80.0, "margin_grid": FINE}),
+    "served fine l100": ("predictive", {**SP, "margin_lambda": 100.0, "margin_grid": FINE}),
+    "served fine l120": ("predictive", {**SP, "margin_lambda": 120.0, "margin_grid": FINE}),
+    "served finer l100": ("predictive", {**SP, "margin_lambda": 100.0, "margin_grid": FINER}),
+}
+HIST_VARIANTS = {
+    "auto adapt l150": ("predictive", SHAPE),
+    "auto adapt l150 h7": ("predictive", {**SHAPE, "margin_history_days": 7.0}),
+    "auto adapt l150 h10": ("predictive", {**SHAPE, "margin_history_days": 10.0}),
+    "auto served l150 h7": ("predictive", {**SHAPE, "headroom": "served", "margin_history_days": 7.0}),
+    "auto shape l150 h7": ("predictive", {**SHAPE, "headroom": "auto", "margin_history_days": 7.0}),
+}
 ADAPT_VARIANTS = {
     "ar p50 adapt l50": ("predictive", {"model": "ar", "quantile": "p50", "margin_lambda": 50.0}),
     "ar p50 adapt l150": ("predictive", {"model": "ar", "quantile": "p50", "margin_lambda": 150.0}),
@@ -122,7 +161,8 @@ def _replay_one(args):
     fcs = {}
     for name, (mode, over) in variants.items():
         cfg = replace(base, **over)
-        key = (cfg.model, repr(sorted(dict(cfg.model_params).items())))
+        # the table's warm-up (rows before t0 for the adaptive choice) depends on the history
+        key = (cfg.model, repr(sorted(dict(cfg.model_params).items())), cfg.margin_history_days if cfg.margin_lambda > 0 else 0.0)
         if key not in fcs:
             fcs[key] = walk_forward_forecasts(world, cfg)
         fc = fcs[key]
@@ -287,15 +327,16 @@ def plot_examples(df: pd.DataFrame, per: dict, series, variants: dict, startup_k
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--every", type=int, default=1, help="replay every N-th series (tuning)")
+    ap.add_argument("--offset", type=int, default=0, help="start the every-N-th selection at this series (a second tuning subset)")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--variants", default="main", choices=["main", "sweep", "explore", "adapt", "adapt2", "adapt3", "all"])
+    ap.add_argument("--variants", default="main", choices=["main", "sweep", "explore", "adapt", "adapt2", "adapt3", "shape", "hist", "served", "served2", "served3", "all"])
     ap.add_argument("--startup", default="constant", choices=["constant", "lognormal"], help="pod start-up model (constant 60 s = the reference)")
     ap.add_argument("--tag", default="", help="suffix for the result files")
     args = ap.parse_args(argv)
     from tqdm import tqdm
 
-    variants = {"main": MAIN_VARIANTS, "sweep": {**MAIN_VARIANTS, **SWEEP_VARIANTS}, "explore": {**MAIN_VARIANTS, **EXPLORE_VARIANTS}, "adapt": ADAPT_VARIANTS, "adapt2": ADAPT2_VARIANTS, "adapt3": ADAPT3_VARIANTS, "all": {**MAIN_VARIANTS, **SWEEP_VARIANTS, **EXPLORE_VARIANTS}}[args.variants]
-    series = load_series()[:: args.every]
+    variants = {"main": MAIN_VARIANTS, "sweep": {**MAIN_VARIANTS, **SWEEP_VARIANTS}, "explore": {**MAIN_VARIANTS, **EXPLORE_VARIANTS}, "adapt": ADAPT_VARIANTS, "adapt2": ADAPT2_VARIANTS, "adapt3": ADAPT3_VARIANTS, "shape": SHAPE_VARIANTS, "hist": HIST_VARIANTS, "served": SERVED_VARIANTS, "served2": SERVED2_VARIANTS, "served3": SERVED3_VARIANTS, "all": {**MAIN_VARIANTS, **SWEEP_VARIANTS, **EXPLORE_VARIANTS}}[args.variants]
+    series = load_series()[args.offset :: args.every]
     print(f"replaying {len(series)} series with {len(variants)} predictive variants, {len(REACTIVE_TARGETS)} reactive targets, oracle")
     t_start = time.time()
     jobs = [(sid, ts, v, variants, args.startup) for sid, ts, v in series]

@@ -36,6 +36,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--margin-lambda", type=float, default=150.0,
                    help="adaptive margin: pods a violation is worth when choosing each day's margin from the last 3 days "
                         "(default 150; 0 = no margin, serve the quantile as is)")
+    p.add_argument("--headroom", choices=["served", "quantile", "auto"], default="served",
+                   help="shape of the adaptive margin: served = the day's margin lowers the HPA target Value (headroom "
+                        "proportional to the served value, forecast or observed floor); quantile = it scales the forecast "
+                        "quantile only; auto = each day the cheaper of both (default served)")
+    p.add_argument("--headroom-sources", default="model,persistence",
+                   help="comma-separated forecast sources the daily choice may use: model, persistence (a flat path at the "
+                        "last sample: ignores the model that day); default model,persistence")
     p.add_argument("--pods-at-p99", type=float, default=20.0, help="pods the trace's p99 needs at 70%% (default 20)")
     p.add_argument("--max-replicas", type=int, default=100)
     p.add_argument("--min-replicas", type=int, default=1)
@@ -63,6 +70,10 @@ def _config(args):
         problems.append(f"--min-replicas {args.min_replicas} / --max-replicas {args.max_replicas}: need 1 <= min <= max")
     if not (args.margin_lambda >= 0):
         problems.append(f"--margin-lambda {args.margin_lambda} must be >= 0")
+    sources = tuple(x.strip() for x in str(args.headroom_sources).split(",") if x.strip())
+    bad = [x for x in sources if x not in ("model", "persistence")]
+    if bad or not sources:
+        problems.append(f"--headroom-sources {args.headroom_sources!r}: each must be model or persistence (e.g. model,persistence)")
     if args.train_days <= 0 or args.replay_days <= 0:
         problems.append("--train-days and --replay-days must be > 0")
     if problems:
@@ -80,6 +91,8 @@ def _config(args):
         model=args.model,
         quantile=args.quantile,
         margin_lambda=args.margin_lambda,
+        headroom=args.headroom,
+        headroom_sources=sources,
         pods_at_p99=args.pods_at_p99,
         min_replicas=args.min_replicas,
         max_replicas=args.max_replicas,
@@ -169,7 +182,7 @@ def run_replay(args: argparse.Namespace) -> int:
         "metric delay (s)": cfg.delay_seconds, "lead (s)": cfg.lead_seconds,
         "pod start-up": f"{cfg.startup.kind}, median {cfg.startup.median_seconds:g} s",
         "model / quantile / margin": f"{cfg.model} / {cfg.quantile} / "
-        + (f"adaptive (lambda {cfg.margin_lambda:g})" if cfg.margin_lambda > 0 else f"x{cfg.margin:g}"), "train / replay days": f"{cfg.train_days:g} / {cfg.replay_days:g}",
+        + (f"adaptive (lambda {cfg.margin_lambda:g}, headroom {cfg.headroom}, sources {'+'.join(cfg.headroom_sources)})" if cfg.margin_lambda > 0 else f"x{cfg.margin:g}"), "train / replay days": f"{cfg.train_days:g} / {cfg.replay_days:g}",
         "replicas": f"{cfg.min_replicas}-{cfg.max_replicas}", "warm pool size": cfg.warm_pool_size,
         "demand": f"linear between samples; p99 needs {cfg.pods_at_p99:g} pods of {cfg.cpu_request_cores:g} core at 70%",
     }

@@ -45,6 +45,7 @@ __all__ = [
     "ReplayConfig",
     "StartupModel",
     "World",
+    "adaptive_headroom",
     "adaptive_margins",
     "make_world",
     "run_mode",
@@ -105,6 +106,21 @@ class ReplayConfig:
     # publish margin * max(quantile, last sample): the margin also covers the current level
     margin_on_level: bool = False
     observed_floor: bool = True
+    # shape of the adaptive headroom (with margin_lambda > 0):
+    #   "quantile": the margin multiplies the published quantile only (the observed floor is
+    #               served as is): headroom on the forecast;
+    #   "served":   the margin divides the HPA target Value (target / m) of the day: headroom
+    #               proportional to whatever is served, forecast or observed floor, like a
+    #               reactive HPA retuned to a lower target;
+    #   "auto":     each day, the (shape, margin) pair with the lowest walk-forward cost over
+    #               the last margin_history_days (candidates in headroom_sources).
+    headroom: str = "quantile"
+    # forecast sources the "auto"/"served" choice may use: "model" (the published quantile)
+    # and/or "persistence" (a flat path at the last sample: the model is ignored that day)
+    headroom_sources: tuple = ("model",)
+    # the served shape never raises the HPA target above ``target`` (m < 1 there serves a
+    # Value target above 0.7 and the 5-minute proxy cannot see the violations it causes)
+    served_min_margin: float = 1.0
     refit_hours: float = 24.0
     horizon_points: int = 4
     # warm pool
@@ -333,15 +349,32 @@ def walk_forward_forecasts(
 
 
 def adaptive_margins(world: World, table: ForecastTable, cfg: ReplayConfig) -> np.ndarray:
-    """A margin per forecast row, chosen at each refit time T (every ``refit_hours`` from t0)
-    from rows whose outcome is known at T (next sample <= T - delay) in the last
-    ``margin_history_days``: the m of ``margin_grid`` minimising sum(pods) + lambda * sum(
-    violations) with pods = ceil(max(m * q_h1, last sample) / (target * request)) and a
-    violation when the next sample > slo_threshold * pods. Walk-forward: never looks ahead."""
+    """Per-row margin of the "quantile" headroom shape (see :func:`adaptive_headroom`)."""
+    if cfg.headroom != "quantile":
+        raise ValueError("adaptive_margins is the quantile shape; use adaptive_headroom")
+    return adaptive_headroom(world, table, cfg)["q_scale"]
+
+
+def adaptive_headroom(world: World, table: ForecastTable, cfg: ReplayConfig) -> dict[str, np.ndarray]:
+    """The headroom of every forecast row, chosen at each refit time T (every ``refit_hours``
+    from t0) from rows whose outcome is known at T (next sample <= T - delay) in the last
+    ``margin_history_days``: the candidate minimising sum(pods) + lambda * sum(violations),
+    where a candidate is (shape, source, m) and, with q = the source's first point and
+    last = the sample at the origin,
+      quantile shape: pods = ceil(max(m * q, last) / (target * request))
+      served shape:   pods = ceil(m * max(q, last) / (target * request))
+    and a violation is the next sample > slo_threshold * pods. Walk-forward: never looks ahead.
+
+    Returns per row: ``q_scale`` (multiplies the served quantile path), ``target_div``
+    (the HPA target Value is divided by it), ``persist`` (1 = the row serves a flat path at
+    the origin's sample instead of the model's quantile) and ``choice`` (candidate index)."""
     n = len(table.origin)
-    out = np.full(n, float(cfg.margin))
+    out = {"q_scale": np.full(n, float(cfg.margin)), "target_div": np.ones(n), "persist": np.zeros(n, dtype=bool),
+           "choice": np.full(n, -1)}
     if cfg.margin_lambda <= 0 or n == 0:
         return out
+    if cfg.headroom not in ("quantile", "served", "auto"):
+        raise ValueError(f"headroom {cfg.headroom!r} must be quantile, served or auto")
     q = table.mean if cfg.quantile == "mean" else table.quantiles[cfg.quantile]
     ts0 = world.sample_ts[0]
     nxt = (table.origin + SAMPLE_SECONDS - ts0) // SAMPLE_SECONDS
@@ -350,8 +383,27 @@ def adaptive_margins(world: World, table: ForecastTable, cfg: ReplayConfig) -> n
     actual[ok] = world.sample_cores[nxt[ok]]
     grid = np.asarray(cfg.margin_grid, dtype="float64")
     unit = cfg.target * cfg.cpu_request_cores
-    base = np.maximum(q[:, 0], table.observed_at_origin) if cfg.margin_on_level else q[:, 0]
-    pods = np.ceil(np.maximum(grid[:, None] * base[None, :], table.observed_at_origin[None, :]) / unit - 1e-9)
+    last = table.observed_at_origin
+    shapes = ("quantile", "served") if cfg.headroom == "auto" else (cfg.headroom,)
+    sources = tuple(cfg.headroom_sources) if cfg.headroom != "quantile" else ("model",)
+    cands, pods_rows = [], []
+    for shape in shapes:
+        for src in sources:
+            if src not in ("model", "persistence"):
+                raise ValueError(f"headroom source {src!r} must be model or persistence")
+            base = q[:, 0] if src == "model" else last
+            if cfg.margin_on_level:
+                base = np.maximum(base, last)
+            for m in grid:
+                if shape == "served" and m < cfg.served_min_margin:
+                    continue
+                if shape == "quantile":
+                    want = np.maximum(m * base, last)
+                else:
+                    want = m * np.maximum(base, last) if cfg.observed_floor else m * base
+                cands.append((shape, src, float(m)))
+                pods_rows.append(np.ceil(want / unit - 1e-9))
+    pods = np.clip(np.stack(pods_rows), cfg.min_replicas, cfg.max_replicas)
     viol = actual[None, :] > cfg.slo_threshold * pods * cfg.cpu_request_cores
     cost = pods + cfg.margin_lambda * viol
     known_at = table.origin + SAMPLE_SECONDS + cfg.delay_seconds
@@ -362,8 +414,16 @@ def adaptive_margins(world: World, table: ForecastTable, cfg: ReplayConfig) -> n
         use = (known_at <= T) & (table.origin >= T - cfg.margin_history_days * 86400) & np.isfinite(actual)
         rows = (table.published >= T) & (table.published < T + step)
         if use.sum() >= 12:
-            m = grid[int(np.argmin(cost[:, use].sum(axis=1)))]
-            out[rows] = m
+            c = int(np.argmin(cost[:, use].sum(axis=1)))
+            shape, src, m = cands[c]
+            out["choice"][rows] = c
+            out["persist"][rows] = src == "persistence"
+            if shape == "quantile":
+                out["q_scale"][rows] = m
+                out["target_div"][rows] = 1.0
+            else:
+                out["q_scale"][rows] = 1.0
+                out["target_div"][rows] = m
         T += step
     return out
 
@@ -463,8 +523,13 @@ def run_mode(world: World, mode: str, cfg: ReplayConfig, forecasts: ForecastTabl
         qvals = forecasts.mean if cfg.quantile == "mean" else forecasts.quantiles[cfg.quantile]
         if cfg.margin_on_level:
             qvals = np.maximum(qvals, forecasts.observed_at_origin[:, None])
+        row_target = np.full(len(forecasts.origin), float(cfg.target))
         if cfg.margin_lambda > 0:
-            qvals = qvals * adaptive_margins(world, forecasts, cfg)[:, None]
+            hr = adaptive_headroom(world, forecasts, cfg)
+            if hr["persist"].any():  # that day the model is ignored: a flat path at the last sample
+                qvals = np.where(hr["persist"][:, None], forecasts.observed_at_origin[:, None], qvals)
+            qvals = qvals * hr["q_scale"][:, None]
+            row_target = row_target / hr["target_div"]
         elif cfg.margin != 1.0:
             qvals = qvals * cfg.margin
         pub = forecasts.published
@@ -517,7 +582,7 @@ def run_mode(world: World, mode: str, cfg: ReplayConfig, forecasts: ForecastTabl
                 )
             try:
                 sv = served_load_ratio(fc, float(t), ready, request, settings, observed=obs)
-                p = external_value_proposal(spec, S, [sv.value], target, ready)
+                p = external_value_proposal(spec, S, [sv.value], float(row_target[fj]) if fj >= 0 else target, ready)
             except NoData:
                 p = None
                 served_err += 1

@@ -60,7 +60,13 @@ CFG = ReplayConfig(train_days=3, replay_days=2, startup=StartupModel("constant",
 
 @pytest.mark.parametrize(
     "mode,over",
-    [("reactive", {}), ("predictive", {}), ("predictive+warm", {}), ("predictive", {"margin_lambda": 100.0, "margin_history_days": 1.0})],
+    [
+        ("reactive", {}),
+        ("predictive", {}),
+        ("predictive+warm", {}),
+        ("predictive", {"margin_lambda": 100.0, "margin_history_days": 1.0}),
+        ("predictive", {"margin_lambda": 100.0, "margin_history_days": 1.0, "headroom": "auto", "headroom_sources": ("model", "persistence")}),
+    ],
 )
 def test_perturbing_the_future_never_changes_earlier_decisions(mode, over):
     cfg = replace(CFG, **over)
@@ -208,3 +214,51 @@ def test_adaptive_margin_grows_on_a_series_whose_rises_the_forecast_misses():
         ms.append(m[fc.published >= w.t0])
     assert ms[0].max() <= 1.0  # nothing to protect against: no margin
     assert ms[1].min() > 1.3  # bursts: a large margin pays for itself at lambda 200
+
+
+def test_served_headroom_lowers_the_hpa_target_so_the_observed_floor_gets_headroom_too():
+    """With the served shape the day's margin divides the HPA target: a burst that only the
+    observed floor sees (the forecast is flat) is met with proportionally more pods than with
+    the quantile shape, where the margin scales the forecast alone."""
+    from replay.simulate import adaptive_headroom
+
+    rng = np.random.default_rng(5)
+    n = 5 * 288
+    ts = np.arange(n, dtype="int64") * 300
+    v = 50 + 60 * (rng.random(n) < 0.15)
+    base = replace(CFG, margin_lambda=200.0, margin_history_days=1.0, quantile="p50", margin_grid=(1.5,))
+    w = make_world("s", ts, v, base)
+    fc = walk_forward_forecasts(w, base, model_factory=LastValuePlusSpread)
+    served = replace(base, headroom="served")
+    hr = adaptive_headroom(w, fc, served)
+    live = fc.published >= w.t0
+    assert np.all(hr["q_scale"][live] == 1.0) and np.all(hr["target_div"][live] == 1.5)
+    q = run_mode(w, "predictive", base, fc)
+    s = run_mode(w, "predictive", served, fc)
+    # the same x1.5 on the forecast only vs on the served value (forecast or observed floor):
+    # the burst seen by the observed floor gets 1.5x the pods with the served shape
+    assert s.slo_violation_minutes <= q.slo_violation_minutes
+    assert s.replica_minutes > q.replica_minutes
+    burst = w.observed > w.observed.min() * 1.5
+    assert np.mean(s.replicas[burst] > q.replicas[burst]) > 0.5
+
+
+def test_auto_headroom_picks_the_cheapest_candidate_of_the_past_days_only():
+    from replay.simulate import adaptive_headroom
+
+    ts, v = _series()
+    cfg = replace(CFG, margin_lambda=100.0, margin_history_days=1.0, quantile="p50", headroom="auto",
+                  headroom_sources=("model", "persistence"))
+    w = make_world("s", ts, v, cfg)
+    fc = walk_forward_forecasts(w, cfg, model_factory=LastValuePlusSpread)
+    hr = adaptive_headroom(w, fc, cfg)
+    live = fc.published >= w.t0
+    assert np.all(hr["choice"][live] >= 0)
+    # one choice per refit period: constant between refit times
+    day = ((fc.published[live] - w.t0) // (cfg.refit_hours * 3600)).astype(int)
+    for d in np.unique(day):
+        assert len(np.unique(hr["choice"][live][day == d])) == 1
+    # the served shape never scales the quantile, the quantile shape never the target
+    assert np.all((hr["q_scale"][live] == 1.0) | (hr["target_div"][live] == 1.0))
+    with pytest.raises(ValueError, match="headroom"):
+        adaptive_headroom(w, fc, replace(cfg, headroom="sideways"))
