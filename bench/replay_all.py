@@ -37,13 +37,17 @@ def data_dir() -> Path:
 
 
 # name -> (mode, overrides of ReplayConfig). "ours" is the headline predictive variant.
-OURS = {"model": "auto", "quantile": "p50", "margin_lambda": 150.0}
+# "ours": per series and per day (walk-forward, from the last 3 days' outcomes), the headroom
+# m and the source (model p50 or persistence) minimising pods + lambda * violations; m lowers
+# the HPA target Value (target / m): headroom proportional to the served value.
+OURS = {"model": "auto", "quantile": "p50", "margin_lambda": 80.0, "headroom": "served", "headroom_sources": ("model", "persistence")}
+OLD_GRID = (0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.65, 1.8, 2.0, 2.25, 2.5)
 MAIN_VARIANTS = {
     "ours": ("predictive", OURS),
     "ours+warm": ("predictive+warm", OURS),
-    "ours l75": ("predictive", {**OURS, "margin_lambda": 75.0}),
-    "ours l300": ("predictive", {**OURS, "margin_lambda": 300.0}),
-    "recurrence adapt l150": ("predictive", {"model": "recurrence", "quantile": "p50", "margin_lambda": 150.0}),
+    "ours l50": ("predictive", {**OURS, "margin_lambda": 50.0}),
+    "ours l120": ("predictive", {**OURS, "margin_lambda": 120.0}),
+    "previous ours (quantile margin l150)": ("predictive", {"model": "auto", "quantile": "p50", "margin_lambda": 150.0, "margin_grid": OLD_GRID}),
     "simple AR p90 t0.70": ("predictive", {"model": "ar", "quantile": "p90", "target": 0.70}),
     "AR p50 t0.60": ("predictive", {"model": "ar", "quantile": "p50", "target": 0.60}),
 }
@@ -81,7 +85,7 @@ ADAPT3_VARIANTS = {
     "auto+rec adapt l200": ("predictive", {"model": "auto", "model_params": {"candidates": AUTO_REC}, "quantile": "p50", "margin_lambda": 200.0}),
     "auto p90 t0.75": ("predictive", {"model": "auto", "quantile": "p90", "target": 0.75}),
 }
-SHAPE = {"model": "auto", "quantile": "p50", "margin_lambda": 150.0}
+SHAPE = {"model": "auto", "quantile": "p50", "margin_lambda": 150.0, "margin_grid": OLD_GRID}  # as the exploration runs had it
 SHAPE_VARIANTS = {
     "auto adapt l150": ("predictive", SHAPE),
     "auto shape l150": ("predictive", {**SHAPE, "headroom": "auto"}),

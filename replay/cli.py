@@ -33,9 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="forecasting model for the predictive modes: auto (per-series selection, forecaster.selection) "
                         "or a registered model (ar, moving_average, recurrence, ...); default auto")
     p.add_argument("--quantile", default="p50", help="forecast quantile served (default p50, with the adaptive margin)")
-    p.add_argument("--margin-lambda", type=float, default=150.0,
-                   help="adaptive margin: pods a violation is worth when choosing each day's margin from the last 3 days "
-                        "(default 150; 0 = no margin, serve the quantile as is)")
+    p.add_argument("--margin-lambda", type=float, default=80.0,
+                   help="adaptive margin: pods a violation is worth when choosing each day's margin (and source) from the "
+                        "last 3 days, walk-forward (default 80; 0 = no margin, serve the quantile as is)")
     p.add_argument("--headroom", choices=["served", "quantile", "auto"], default="served",
                    help="shape of the adaptive margin: served = the day's margin lowers the HPA target Value (headroom "
                         "proportional to the served value, forecast or observed floor); quantile = it scales the forecast "

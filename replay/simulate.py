@@ -102,7 +102,7 @@ class ReplayConfig:
     # margin_history_days of the table's own forecasts: minimise pods + lambda * violations
     margin_lambda: float = 0.0  # 0 = fixed ``margin``
     margin_history_days: float = 3.0
-    margin_grid: tuple = (0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.65, 1.8, 2.0, 2.25, 2.5)
+    margin_grid: tuple = (0.8, 0.9, 1.0, 1.05, 1.1, 1.15, 1.2, 1.27, 1.33, 1.4, 1.5, 1.6, 1.75, 2.0, 2.5)
     # publish margin * max(quantile, last sample): the margin also covers the current level
     margin_on_level: bool = False
     observed_floor: bool = True

@@ -53,3 +53,10 @@ def test_replay_says_which_flag_fixes_a_too_short_trace(tmp_path, capsys):
     rc = main(["replay", "--data", str(DATA), "--series", SID, "--modes", "reactive", "--train-days", "60", "--out", str(tmp_path)])
     assert rc == 2
     assert "--train-days" in capsys.readouterr().err
+
+
+def test_replay_names_the_flag_and_the_fix_for_an_unknown_headroom_source(tmp_path, capsys):
+    rc = main(["replay", "--data", str(DATA), "--series", SID, "--headroom-sources", "model,crystal-ball", "--out", str(tmp_path)])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "--headroom-sources" in err and "model or persistence" in err
