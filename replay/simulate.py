@@ -366,7 +366,8 @@ def adaptive_headroom(world: World, table: ForecastTable, cfg: ReplayConfig) -> 
     and a violation is the next sample > slo_threshold * pods. Walk-forward: never looks ahead.
 
     Returns per row: ``q_scale`` (multiplies the served quantile path), ``target_div``
-    (the HPA target Value is divided by it), ``persist`` (1 = the row serves a flat path at
+    (multiplies everything the adapter serves from, quantile path and observed alike, the
+    same as dividing the HPA target Value by it), ``persist`` (1 = the row serves a flat path at
     the origin's sample instead of the model's quantile) and ``choice`` (candidate index)."""
     n = len(table.origin)
     out = {"q_scale": np.full(n, float(cfg.margin)), "target_div": np.ones(n), "persist": np.zeros(n, dtype=bool),
@@ -523,13 +524,17 @@ def run_mode(world: World, mode: str, cfg: ReplayConfig, forecasts: ForecastTabl
         qvals = forecasts.mean if cfg.quantile == "mean" else forecasts.quantiles[cfg.quantile]
         if cfg.margin_on_level:
             qvals = np.maximum(qvals, forecasts.observed_at_origin[:, None])
-        row_target = np.full(len(forecasts.origin), float(cfg.target))
+        # served headroom m: the forecaster publishes the day's quantile path AND observed tail
+        # scaled by m, the observation the adapter floors with is scaled alike, the HPA target
+        # Value stays cfg.target: the adapter serves m x max(prediction, observed)
+        row_scale = np.ones(len(forecasts.origin))
         if cfg.margin_lambda > 0:
             hr = adaptive_headroom(world, forecasts, cfg)
             if hr["persist"].any():  # that day the model is ignored: a flat path at the last sample
                 qvals = np.where(hr["persist"][:, None], forecasts.observed_at_origin[:, None], qvals)
             qvals = qvals * hr["q_scale"][:, None]
-            row_target = row_target / hr["target_div"]
+            row_scale = hr["target_div"]
+            qvals = qvals * row_scale[:, None]
         elif cfg.margin != 1.0:
             qvals = qvals * cfg.margin
         pub = forecasts.published
@@ -578,11 +583,12 @@ def run_mode(world: World, mode: str, cfg: ReplayConfig, forecasts: ForecastTabl
                     mean=tuple(forecasts.mean[fj].tolist()),
                     quantiles={cfg.quantile: tuple(qvals[fj].tolist())} if cfg.quantile != "mean" else {},
                     model=forecasts.model,
-                    observed=((o, float(forecasts.observed_at_origin[fj])),),
+                    observed=((o, float(forecasts.observed_at_origin[fj] * row_scale[fj])),),
                 )
             try:
-                sv = served_load_ratio(fc, float(t), ready, request, settings, observed=obs)
-                p = external_value_proposal(spec, S, [sv.value], float(row_target[fj]) if fj >= 0 else target, ready)
+                scale = float(row_scale[fj]) if fj >= 0 else 1.0
+                sv = served_load_ratio(fc, float(t), ready, request, settings, observed=obs * scale)
+                p = external_value_proposal(spec, S, [sv.value], target, ready)
             except NoData:
                 p = None
                 served_err += 1
