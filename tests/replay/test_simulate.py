@@ -216,8 +216,9 @@ def test_adaptive_margin_grows_on_a_series_whose_rises_the_forecast_misses():
     assert ms[1].min() > 1.3  # bursts: a large margin pays for itself at lambda 200
 
 
-def test_served_headroom_lowers_the_hpa_target_so_the_observed_floor_gets_headroom_too():
-    """With the served shape the day's margin divides the HPA target: a burst that only the
+def test_served_headroom_scales_what_the_adapter_serves_so_the_observed_floor_gets_headroom_too():
+    """With the served shape the day's margin scales all the adapter serves from (forecast path
+    and observed floor, target Value unchanged): a burst that only the
     observed floor sees (the forecast is flat) is met with proportionally more pods than with
     the quantile shape, where the margin scales the forecast alone."""
     from replay.simulate import adaptive_headroom
