@@ -3,7 +3,7 @@ reactive at targets 0.4-0.7 (its cost-vs-risk frontier), our predictive variants
 variant and the oracle. Prints and saves totals, medians, per-series ratios, the per-series
 equal-cost comparison and plots to bench/results/replay_*.
 
-    .venv/bin/python bench/replay_all.py [--every N] [--workers 2] [--variants main|sweep]
+    .venv/bin/python bench/replay_all.py [--every N [--offset K]] [--workers 2] [--variants main|sweep|served2|v2|...] [--tag T]
 
 Data: $FORESIGHT_DATA_DIR/cpu (default <repo>/../shared/data/cpu).
 """
@@ -116,6 +116,12 @@ SERVED3_VARIANTS = {
     "served fine l100": ("predictive", {**SP, "margin_lambda": 100.0, "margin_grid": FINE}),
     "served fine l120": ("predictive", {**SP, "margin_lambda": 120.0, "margin_grid": FINE}),
     "served finer l100": ("predictive", {**SP, "margin_lambda": 100.0, "margin_grid": FINER}),
+}
+V2_VARIANTS = {
+    "ours l65": ("predictive", {**OURS, "margin_lambda": 65.0}),
+    "ours l100": ("predictive", {**OURS, "margin_lambda": 100.0}),
+    "nofloor l80": ("predictive", {**OURS, "headroom_sources": ("model", "persistence", "model_nofloor")}),
+    "nofloor l120": ("predictive", {**OURS, "margin_lambda": 120.0, "headroom_sources": ("model", "persistence", "model_nofloor")}),
 }
 HIST_VARIANTS = {
     "auto adapt l150": ("predictive", SHAPE),
@@ -333,13 +339,13 @@ def main(argv=None) -> int:
     ap.add_argument("--every", type=int, default=1, help="replay every N-th series (tuning)")
     ap.add_argument("--offset", type=int, default=0, help="start the every-N-th selection at this series (a second tuning subset)")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--variants", default="main", choices=["main", "sweep", "explore", "adapt", "adapt2", "adapt3", "shape", "hist", "served", "served2", "served3", "all"])
+    ap.add_argument("--variants", default="main", choices=["main", "sweep", "explore", "adapt", "adapt2", "adapt3", "shape", "hist", "served", "served2", "served3", "v2", "all"])
     ap.add_argument("--startup", default="constant", choices=["constant", "lognormal"], help="pod start-up model (constant 60 s = the reference)")
     ap.add_argument("--tag", default="", help="suffix for the result files")
     args = ap.parse_args(argv)
     from tqdm import tqdm
 
-    variants = {"main": MAIN_VARIANTS, "sweep": {**MAIN_VARIANTS, **SWEEP_VARIANTS}, "explore": {**MAIN_VARIANTS, **EXPLORE_VARIANTS}, "adapt": ADAPT_VARIANTS, "adapt2": ADAPT2_VARIANTS, "adapt3": ADAPT3_VARIANTS, "shape": SHAPE_VARIANTS, "hist": HIST_VARIANTS, "served": SERVED_VARIANTS, "served2": SERVED2_VARIANTS, "served3": SERVED3_VARIANTS, "all": {**MAIN_VARIANTS, **SWEEP_VARIANTS, **EXPLORE_VARIANTS}}[args.variants]
+    variants = {"main": MAIN_VARIANTS, "sweep": {**MAIN_VARIANTS, **SWEEP_VARIANTS}, "explore": {**MAIN_VARIANTS, **EXPLORE_VARIANTS}, "adapt": ADAPT_VARIANTS, "adapt2": ADAPT2_VARIANTS, "adapt3": ADAPT3_VARIANTS, "shape": SHAPE_VARIANTS, "hist": HIST_VARIANTS, "served": SERVED_VARIANTS, "served2": SERVED2_VARIANTS, "served3": SERVED3_VARIANTS, "v2": V2_VARIANTS, "all": {**MAIN_VARIANTS, **SWEEP_VARIANTS, **EXPLORE_VARIANTS}}[args.variants]
     series = load_series()[args.offset :: args.every]
     print(f"replaying {len(series)} series with {len(variants)} predictive variants, {len(REACTIVE_TARGETS)} reactive targets, oracle")
     t_start = time.time()
