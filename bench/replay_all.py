@@ -123,6 +123,17 @@ V2_VARIANTS = {
     "nofloor l80": ("predictive", {**OURS, "headroom_sources": ("model", "persistence", "model_nofloor")}),
     "nofloor l120": ("predictive", {**OURS, "margin_lambda": 120.0, "headroom_sources": ("model", "persistence", "model_nofloor")}),
 }
+G95 = (0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.15, 1.2, 1.27, 1.33, 1.4, 1.5, 1.6, 1.75, 2.0, 2.5)
+V3_VARIANTS = {
+    "ours l65 min0.95": ("predictive", {**OURS, "margin_lambda": 65.0, "margin_grid": G95, "served_min_margin": 0.95}),
+    "ours l80 min0.95": ("predictive", {**OURS, "margin_grid": G95, "served_min_margin": 0.95}),
+    "ours l65 min0.90": ("predictive", {**OURS, "margin_lambda": 65.0, "margin_grid": G95, "served_min_margin": 0.90}),
+    "ours l65 h2": ("predictive", {**OURS, "margin_lambda": 65.0, "margin_history_days": 2.0}),
+}
+V4_VARIANTS = {
+    "ours l75 min0.95": ("predictive", {**OURS, "margin_lambda": 75.0, "margin_grid": G95, "served_min_margin": 0.95}),
+    "ours l70 min0.95": ("predictive", {**OURS, "margin_lambda": 70.0, "margin_grid": G95, "served_min_margin": 0.95}),
+}
 HIST_VARIANTS = {
     "auto adapt l150": ("predictive", SHAPE),
     "auto adapt l150 h7": ("predictive", {**SHAPE, "margin_history_days": 7.0}),
@@ -339,13 +350,13 @@ def main(argv=None) -> int:
     ap.add_argument("--every", type=int, default=1, help="replay every N-th series (tuning)")
     ap.add_argument("--offset", type=int, default=0, help="start the every-N-th selection at this series (a second tuning subset)")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--variants", default="main", choices=["main", "sweep", "explore", "adapt", "adapt2", "adapt3", "shape", "hist", "served", "served2", "served3", "v2", "all"])
+    ap.add_argument("--variants", default="main", choices=["main", "sweep", "explore", "adapt", "adapt2", "adapt3", "shape", "hist", "served", "served2", "served3", "v2", "v3", "v4", "all"])
     ap.add_argument("--startup", default="constant", choices=["constant", "lognormal"], help="pod start-up model (constant 60 s = the reference)")
     ap.add_argument("--tag", default="", help="suffix for the result files")
     args = ap.parse_args(argv)
     from tqdm import tqdm
 
-    variants = {"main": MAIN_VARIANTS, "sweep": {**MAIN_VARIANTS, **SWEEP_VARIANTS}, "explore": {**MAIN_VARIANTS, **EXPLORE_VARIANTS}, "adapt": ADAPT_VARIANTS, "adapt2": ADAPT2_VARIANTS, "adapt3": ADAPT3_VARIANTS, "shape": SHAPE_VARIANTS, "hist": HIST_VARIANTS, "served": SERVED_VARIANTS, "served2": SERVED2_VARIANTS, "served3": SERVED3_VARIANTS, "v2": V2_VARIANTS, "all": {**MAIN_VARIANTS, **SWEEP_VARIANTS, **EXPLORE_VARIANTS}}[args.variants]
+    variants = {"main": MAIN_VARIANTS, "sweep": {**MAIN_VARIANTS, **SWEEP_VARIANTS}, "explore": {**MAIN_VARIANTS, **EXPLORE_VARIANTS}, "adapt": ADAPT_VARIANTS, "adapt2": ADAPT2_VARIANTS, "adapt3": ADAPT3_VARIANTS, "shape": SHAPE_VARIANTS, "hist": HIST_VARIANTS, "served": SERVED_VARIANTS, "served2": SERVED2_VARIANTS, "served3": SERVED3_VARIANTS, "v2": V2_VARIANTS, "v3": V3_VARIANTS, "v4": V4_VARIANTS, "all": {**MAIN_VARIANTS, **SWEEP_VARIANTS, **EXPLORE_VARIANTS}}[args.variants]
     series = load_series()[args.offset :: args.every]
     print(f"replaying {len(series)} series with {len(variants)} predictive variants, {len(REACTIVE_TARGETS)} reactive targets, oracle")
     t_start = time.time()
