@@ -261,5 +261,9 @@ def test_auto_headroom_picks_the_cheapest_candidate_of_the_past_days_only():
         assert len(np.unique(hr["choice"][live][day == d])) == 1
     # the served shape never scales the quantile, the quantile shape never the target
     assert np.all((hr["q_scale"][live] == 1.0) | (hr["target_div"][live] == 1.0))
+    # the served shape never goes below its floor (m < 1 would serve less than observed)
+    assert hr["target_div"][live].min() >= cfg.served_min_margin
+    low = adaptive_headroom(w, fc, replace(cfg, headroom="served", served_min_margin=1.2))
+    assert low["target_div"][live].min() >= 1.2
     with pytest.raises(ValueError, match="headroom"):
         adaptive_headroom(w, fc, replace(cfg, headroom="sideways"))
