@@ -33,9 +33,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="forecasting model for the predictive modes: auto (per-series selection, forecaster.selection) "
                         "or a registered model (ar, moving_average, recurrence, ...); default auto")
     p.add_argument("--quantile", default="p50", help="forecast quantile served (default p50, with the adaptive margin)")
-    p.add_argument("--margin-lambda", type=float, default=80.0,
+    p.add_argument("--margin-lambda", type=float, default=75.0,
                    help="adaptive margin: pods a violation is worth when choosing each day's margin (and source) from the "
-                        "last 3 days, walk-forward (default 80; 0 = no margin, serve the quantile as is)")
+                        "last 3 days, walk-forward (default 75; 0 = no margin, serve the quantile as is)")
+    p.add_argument("--served-min-margin", type=float, default=0.95,
+                   help="lowest daily margin of the served headroom (default 0.95: on calm days serve 0.95 x demand; "
+                        "1.0 never serves below max(forecast, observed): more per-series wins, higher total cost)")
     p.add_argument("--headroom", choices=["served", "quantile", "auto"], default="served",
                    help="shape of the adaptive margin: served = the day's margin lowers the HPA target Value (headroom "
                         "proportional to the served value, forecast or observed floor); quantile = it scales the forecast "
@@ -68,6 +71,8 @@ def _config(args):
         problems.append(f"--pods-at-p99 {args.pods_at_p99} must be > 0")
     if not (1 <= args.max_replicas) or args.min_replicas < 1 or args.min_replicas > args.max_replicas:
         problems.append(f"--min-replicas {args.min_replicas} / --max-replicas {args.max_replicas}: need 1 <= min <= max")
+    if not (0 < args.served_min_margin <= 2.5):
+        problems.append(f"--served-min-margin {args.served_min_margin} must be in (0, 2.5] (e.g. 0.95 or 1.0)")
     if not (args.margin_lambda >= 0):
         problems.append(f"--margin-lambda {args.margin_lambda} must be >= 0")
     sources = tuple(x.strip() for x in str(args.headroom_sources).split(",") if x.strip())
@@ -93,6 +98,8 @@ def _config(args):
         margin_lambda=args.margin_lambda,
         headroom=args.headroom,
         headroom_sources=sources,
+        served_min_margin=args.served_min_margin,
+        margin_grid=tuple(sorted({0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.15, 1.2, 1.27, 1.33, 1.4, 1.5, 1.6, 1.75, 2.0, 2.5, args.served_min_margin})),
         pods_at_p99=args.pods_at_p99,
         min_replicas=args.min_replicas,
         max_replicas=args.max_replicas,
