@@ -199,7 +199,11 @@ class Forecasting:
                 "source": "bundled trace (replayed)",
             }
             if self.trainer is not None:
-                fc = self.trainer.refresh(w.series_id, ts, y, now=now, meta=meta)
+                try:
+                    fc = self.trainer.refresh(w.series_id, ts, y, now=now, meta=meta)
+                except Exception as exc:  # noqa: BLE001 - one bad series (or a store blip) must not stop the others
+                    log.warning("refreshing %s failed: %s: %s", w.series_id, exc.__class__.__name__, exc)
+                    continue
             else:
                 step = TRACE_STEP_SECONDS / self.clock.speed
                 tail = [(float(t), float(v)) for t, v in zip(ts[-36:], y[-36:]) if np.isfinite(v)]
@@ -322,7 +326,10 @@ def run_up(args: argparse.Namespace) -> int:
             if clock.trace_now(time.time()) > last:
                 print("foresight up: reached the end of the bundled traces")
                 break
-            fc.refresh_all()
+            try:
+                fc.refresh_all()
+            except Exception as exc:  # noqa: BLE001 - keep serving; the adapter falls back on stale data
+                log.warning("forecast refresh failed: %s: %s", exc.__class__.__name__, exc)
     except KeyboardInterrupt:
         pass
     finally:
