@@ -341,14 +341,18 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
     return Config(source=source_cfg, store=store_cfg, training=training_cfg, workloads=tuple(workloads))
 
 
-def load_config(path: str | Path) -> Config:
+def read_yaml(path: str | Path) -> Any:
+    """Read a YAML file for a config parser; unreadable or non-YAML files are a ConfigError."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot read the file: {exc.strerror}"]) from exc
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(str(path), [f"not valid YAML: {exc}"]) from exc
-    return parse_config(data, str(path))
+
+
+def load_config(path: str | Path) -> Config:
+    return parse_config(read_yaml(path), str(path))

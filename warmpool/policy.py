@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 
+from forecaster.config import read_yaml
 from forecaster.errors import ConfigError
 from warmpool.ttl import IdleTTL
 
@@ -272,13 +272,4 @@ def parse_policy(data: Any, source: str = "<policy>") -> Policy:
 
 
 def load_policy(path: str | Path) -> Policy:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(str(path), [f"cannot read the file: {exc.strerror}"]) from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(str(path), [f"not valid YAML: {exc}"]) from exc
-    return parse_policy(data, str(path))
+    return parse_policy(read_yaml(path), str(path))
