@@ -166,6 +166,20 @@ def resource_utilization_proposal(
     return new_replicas
 
 
+def _usage_and_target(values, target_value: float) -> tuple[int, int] | None:
+    """Summed metric values and the target, both in milli-units as the HPA reads them; None when
+    the metric is invalid (no items, a non-finite value) or the target is not positive."""
+    if not values:
+        return None
+    usage = 0
+    for v in values:
+        if v is None or not math.isfinite(v):
+            return None
+        usage += milli(v)
+    target = milli(target_value)
+    return (usage, target) if target > 0 else None
+
+
 def external_value_proposal(
     spec: HPASpec,
     current_replicas: int,
@@ -176,16 +190,10 @@ def external_value_proposal(
     """GetExternalMetricReplicas with a Value target: r = sum(values) / target (milli-units);
     within tolerance -> current replicas, else ceil(r * readyPods). ``values=None`` or an
     empty list is an invalid metric (the adapter failed / returned no items)."""
-    if not values:
+    um = _usage_and_target(values, target_value)
+    if um is None:
         return None
-    usage = 0
-    for v in values:
-        if v is None or not math.isfinite(v):
-            return None
-        usage += milli(v)
-    target = milli(target_value)
-    if target <= 0:
-        return None
+    usage, target = um
     ratio = usage / target
     if current_replicas == 0:
         return int(math.ceil(ratio))
@@ -203,16 +211,10 @@ def external_average_value_proposal(
 ) -> int | None:
     """GetExternalPerPodMetricReplicas: r = u / (A * status.replicas); within tolerance ->
     status.replicas, else ceil(u / A)."""
-    if not values:
+    um = _usage_and_target(values, target_average_value)
+    if um is None:
         return None
-    usage = 0
-    for v in values:
-        if v is None or not math.isfinite(v):
-            return None
-        usage += milli(v)
-    target = milli(target_average_value)
-    if target <= 0:
-        return None
+    usage, target = um
     replicas = int(math.ceil(usage / target))
     if status_replicas > 0:
         ratio = usage / (target * status_replicas)
