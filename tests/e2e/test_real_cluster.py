@@ -1,11 +1,14 @@
-"""End-to-end checks against a REAL cluster. Skipped unless KUBECONFIG points at one.
+"""Checks that also run against a user's own cluster.
 
-    KUBECONFIG=~/.kube/config .venv/bin/pytest -m e2e tests/e2e
+By default they run against the suite's own control plane (tests/cluster). To point them at
+your cluster instead (read-only apart from the dry run):
 
-1. Every manifest under manifests/ is accepted by the real API server (server-side dry run:
+    FORESIGHT_E2E_KUBECONFIG=~/.kube/config .venv/bin/pytest tests/e2e/test_real_cluster.py
+
+1. Every manifest under manifests/ is accepted by the API server (server-side dry run:
    admission and schema validation, nothing is persisted).
 2. When foresight's APIService is installed and Available, the aggregated external metrics
-   API answers discovery through the real API server (the path an HPA takes).
+   API answers discovery through the API server (the path an HPA takes).
 """
 
 from __future__ import annotations
@@ -16,10 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(not os.environ.get("KUBECONFIG"), reason="needs a real cluster: set KUBECONFIG"),
-]
+pytestmark = [pytest.mark.e2e]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,11 +32,14 @@ def _docs():
 
 
 @pytest.fixture(scope="module")
-def api_client():
+def api_client(request):
     from kubernetes import client, config
 
-    config.load_kube_config(os.environ["KUBECONFIG"])
-    return client.ApiClient()
+    kubeconfig = os.environ.get("FORESIGHT_E2E_KUBECONFIG")
+    if not kubeconfig:
+        request.getfixturevalue("foresight_adapter")  # our cluster, with foresight registered
+        kubeconfig = str(request.getfixturevalue("control_plane").admin_kubeconfig)
+    return config.new_client_from_config(config_file=kubeconfig)
 
 
 def test_every_manifest_passes_server_side_dry_run(api_client):
