@@ -1,0 +1,120 @@
+"""Live check that the served model still beats persistence at the serving horizon.
+
+Selection only serves a model that beat persistence on the validation tail; this checks the
+same claim on live data, over the same points for both. After a refresh, each newly observed
+point that the previous forecast covered at a lead step (h <= ``lead_steps``) is scored twice:
+against the model's forecast for it and against persistence's (the value last observed at that
+forecast's origin). Exponentially weighted sums keep each call O(1) in time and memory.
+
+    guard = LiveSkill(DriftSettings())
+    guard.observe(actual=41.0, model_forecast=39.5, persistence_forecast=40.2)
+    d = guard.decision()          # DriftDecision(drifted, ratio, points, reason)
+
+Why relative to persistence and not to the backtest error: a burst raises every model's
+error, so "live error > k x backtest error" fires on calm models in a busy hour and stays
+silent on a model that loses to the last value all day on a flat series. Falling back to
+persistence helps exactly when persistence is doing better on the same points.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from forecaster.errors import UserError
+
+__all__ = ["DriftSettings", "DriftDecision", "LiveSkill"]
+
+
+@dataclass(frozen=True)
+class DriftSettings:
+    """``ratio``: fall back when the model's weighted live error exceeds this many times
+    persistence's. ``recover_ratio``: serve the model again when it drops below this (only if
+    the caller keeps scoring the model while falling back). ``min_points``: scored points
+    before any decision. ``half_life_points``: weight of a point halves after this many newer
+    points. ``tolerance``: errors within this many series units count as a tie (a model
+    0.01% CPU off on a flat series is not worth a fallback)."""
+
+    ratio: float = 1.5
+    recover_ratio: float = 1.1
+    min_points: int = 12
+    half_life_points: float = 36.0
+    tolerance: float = 0.0
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.ratio >= 1.0:
+            problems.append(f"drift.ratio: {self.ratio} must be >= 1")
+        if not 0 < self.recover_ratio <= self.ratio:
+            problems.append(f"drift.recover_ratio: {self.recover_ratio} must be in (0, ratio={self.ratio}]")
+        if self.min_points < 1:
+            problems.append(f"drift.min_points: {self.min_points} must be >= 1")
+        if not self.half_life_points > 0:
+            problems.append(f"drift.half_life_points: {self.half_life_points} must be > 0")
+        if not self.tolerance >= 0:
+            problems.append(f"drift.tolerance: {self.tolerance} must be >= 0")
+        if problems:
+            raise UserError("; ".join(problems))
+
+
+@dataclass(frozen=True)
+class DriftDecision:
+    drifted: bool
+    ratio: float | None  # weighted live error of the model / persistence's (None before any point)
+    points: int
+    reason: str
+
+
+class LiveSkill:
+    """Exponentially weighted live absolute errors of a model and of persistence on the same
+    points, with hysteresis between ``ratio`` and ``recover_ratio``."""
+
+    def __init__(self, settings: DriftSettings | None = None, model_name: str = "the model") -> None:
+        self.settings = settings or DriftSettings()
+        self.model_name = model_name
+        self._decay = 0.5 ** (1.0 / self.settings.half_life_points)
+        self.model_error = 0.0
+        self.persistence_error = 0.0
+        self.points = 0
+        self.drifted = False
+
+    def observe(self, actual: float, model_forecast: float, persistence_forecast: float) -> bool:
+        """Score one point; returns whether to fall back now. Non-finite inputs (a gap in the
+        data, a missing forecast) are skipped without touching the state."""
+        a, m, p = float(actual), float(model_forecast), float(persistence_forecast)
+        if not (math.isfinite(a) and math.isfinite(m) and math.isfinite(p)):
+            return self.drifted
+        tol = self.settings.tolerance
+        self.model_error = self._decay * self.model_error + max(abs(a - m) - tol, 0.0)
+        self.persistence_error = self._decay * self.persistence_error + max(abs(a - p) - tol, 0.0)
+        self.points += 1
+        if self.points >= self.settings.min_points:
+            r = self.ratio()
+            if r is not None:
+                if not self.drifted and r > self.settings.ratio:
+                    self.drifted = True
+                elif self.drifted and r < self.settings.recover_ratio:
+                    self.drifted = False
+        return self.drifted
+
+    def ratio(self) -> float | None:
+        """Model error / persistence error; inf when persistence is exact and the model is not,
+        1.0 when both are exact, None before the first point."""
+        if not self.points:
+            return None
+        if self.persistence_error > 0:
+            return self.model_error / self.persistence_error
+        return math.inf if self.model_error > 0 else 1.0
+
+    def decision(self) -> DriftDecision:
+        r = self.ratio()
+        s = self.settings
+        if self.drifted:
+            shown = "inf" if r is not None and math.isinf(r) else f"{r:.2f}"
+            reason = (f"live error of {self.model_name} at the serving horizon is {shown}x persistence's "
+                      f"on the same {self.points} points (limit {s.ratio:g}x); using persistence")
+        elif self.points < s.min_points:
+            reason = f"live check: {self.points} of {s.min_points} points scored"
+        else:
+            reason = f"live error of {self.model_name} is {r:.2f}x persistence's (limit {s.ratio:g}x)"
+        return DriftDecision(self.drifted, r, self.points, reason)

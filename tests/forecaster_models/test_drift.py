@@ -1,0 +1,93 @@
+"""The live check at the serving horizon: model error vs persistence's on the same points."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from forecaster.drift import DriftSettings, LiveSkill
+from forecaster.errors import UserError
+
+
+def feed(guard: LiveSkill, actual, model, last) -> list[bool]:
+    return [guard.observe(a, m, p) for a, m, p in zip(actual, model, last)]
+
+
+def test_a_model_that_loses_to_the_last_value_falls_back_after_min_points():
+    # an on/off series sitting at its low level; the model keeps forecasting halfway up
+    actual = np.full(40, 0.25)
+    g = LiveSkill(DriftSettings(ratio=1.5, min_points=12), model_name="ar_log")
+    states = feed(g, actual, model=np.full(40, 5.0), last=actual + 0.01)
+    assert states[:11] == [False] * 11  # not before min_points
+    assert states[11] and all(states[11:])
+    d = g.decision()
+    assert d.drifted and d.ratio > 100 and d.points == 40
+    assert "ar_log" in d.reason and "persistence" in d.reason and "limit 1.5x" in d.reason
+
+
+def test_a_model_that_beats_persistence_is_kept(rng):
+    t = np.arange(300)
+    actual = 50 + 20 * np.sin(2 * np.pi * t / 48) + rng.normal(0, 0.5, 300)
+    last = np.concatenate([[actual[0]], actual[:-1]])
+    model = 50 + 20 * np.sin(2 * np.pi * t / 48)  # knows the cycle; persistence lags it
+    g = LiveSkill()
+    assert not any(feed(g, actual, model, last))
+    assert g.decision().ratio < 0.5
+
+
+def test_a_burst_that_hurts_both_equally_does_not_trigger_a_fallback(rng):
+    # errors 30x larger during the burst, for both; the model stays 10% worse throughout
+    size = np.concatenate([np.full(100, 1.0), np.full(40, 30.0)]) * rng.uniform(0.5, 1.5, 140)
+    sign = rng.choice([-1.0, 1.0], 140)
+    actual = 40 + rng.normal(0, 1, 140)
+    last = actual + sign * size
+    model = actual - sign * 1.1 * size
+    g = LiveSkill()
+    assert not any(feed(g, actual, model, last))
+
+
+def test_gaps_are_skipped_without_changing_the_state():
+    g = LiveSkill(DriftSettings(min_points=1))
+    g.observe(1.0, 1.5, 1.0)
+    before = (g.model_error, g.persistence_error, g.points)
+    for bad in ((math.nan, 1.0, 1.0), (1.0, math.inf, 1.0), (1.0, 1.0, math.nan)):
+        g.observe(*bad)
+    assert (g.model_error, g.persistence_error, g.points) == before
+
+
+def test_recovery_needs_the_ratio_below_recover_ratio():
+    g = LiveSkill(DriftSettings(ratio=2.0, recover_ratio=1.0, min_points=1, half_life_points=2))
+    feed(g, [0.0] * 5, [4.0] * 5, [1.0] * 5)
+    assert g.drifted
+    # ratio falls to between recover_ratio and ratio: still drifted (hysteresis)
+    feed(g, [0.0] * 6, [1.5] * 6, [1.0] * 6)
+    assert g.drifted and 1.0 < g.ratio() < 2.0
+    feed(g, [0.0] * 20, [0.5] * 20, [1.0] * 20)
+    assert not g.drifted and g.ratio() < 1.0
+
+
+def test_tolerance_ignores_errors_too_small_to_matter():
+    g = LiveSkill(DriftSettings(min_points=1, tolerance=0.05))
+    assert not any(feed(g, [3.0] * 20, [3.02] * 20, [3.0] * 20))
+    assert g.ratio() == 1.0
+    g = LiveSkill(DriftSettings(min_points=1))
+    assert all(feed(g, [3.0] * 20, [3.02] * 20, [3.0] * 20))  # exact persistence, inexact model
+    assert math.isinf(g.ratio()) and "inf" in g.decision().reason
+
+
+def test_old_points_fade_with_the_half_life():
+    g = LiveSkill(DriftSettings(half_life_points=10, min_points=1))
+    feed(g, [0.0] * 200, [5.0] * 200, [1.0] * 200)  # a long bad stretch
+    assert g.drifted
+    feed(g, [0.0] * 100, [0.2] * 100, [1.0] * 100)
+    assert g.ratio() < 0.3 and not g.drifted
+
+
+def test_bad_settings_name_every_field_at_once():
+    with pytest.raises(UserError) as e:
+        DriftSettings(ratio=0.5, min_points=0, half_life_points=0, tolerance=-1)
+    msg = str(e.value)
+    for field in ("drift.ratio", "drift.min_points", "drift.half_life_points", "drift.tolerance"):
+        assert field in msg
