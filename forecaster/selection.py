@@ -88,6 +88,11 @@ class Selection:
     scores: dict[str, float] = field(default_factory=dict)
     fallback: bool = False
     reason: str = ""
+    # one-step mean forecasts (bias shift included) of the chosen model from EVERY origin of
+    # the validation tail, parameters fixed before that tail: out-of-sample material for the
+    # serving-policy choice (forecaster.serving); indexes are into the cleaned history
+    tail_origins: np.ndarray | None = None
+    tail_means: np.ndarray | None = None
 
 
 def conformal_offsets(residuals: np.ndarray, quantiles: Sequence[float], smooth: int = 1) -> dict[str, np.ndarray]:
@@ -245,6 +250,7 @@ def select_and_fit(
     model = build_model(best, results)
     model.set_bias(best.shift)
     model.calibrate(conformal_offsets(actual - best.means, quantiles))  # best.means include the shift
+    tail_origins, tail_means = _tail_one_step(model, yc, best.shift, settings, season, horizon)
     model.update(yc, ts)
     failed = [f"{r.name} ({r.error})" for r in results if r.model is None]
     reason = f"selected {best.name} (validation MASE {best.score:.3f})"
@@ -257,4 +263,21 @@ def select_and_fit(
         mae_by_h=best.mase_by_h * scale,
         scores={r.name: r.score for r in pool},
         reason=reason,
+        tail_origins=tail_origins,
+        tail_means=tail_means,
     )
+
+
+def _tail_one_step(model: Model, y: np.ndarray, shift, settings: SelectionSettings, season: int, horizon: int):
+    """1-step means from every origin of the validation tail (as ``evaluate_candidates`` cut
+    it), before ``update`` moves a stateful model past them; (None, None) if it cannot."""
+    n = len(y)
+    V = min(int(settings.validation_days * season), max(n // 3, horizon + 1))
+    origins = np.arange(n - V - 1, n - 1)
+    try:
+        means = np.asarray(model.rolling_means(y, origins, 1), dtype="float64")[:, 0]
+    except Exception:  # noqa: BLE001 - the policy then scores what it can
+        return None, None
+    if shift is not None and len(shift) and np.isfinite(shift[0]):
+        means = means + float(shift[0])
+    return origins, means
