@@ -42,6 +42,18 @@ def register(subparsers) -> None:
                    "(requestheader-allowed-names; empty: any name the CA signed); @FILE reads them from a "
                    "file holding a JSON list or comma-separated names")
     p.add_argument("--token-file", help="file holding a bearer token that is also accepted")
+    p.add_argument("--delegated-auth", action="store_true",
+                   help="check bearer tokens with TokenReview and every request with a SubjectAccessReview "
+                   "(cached --review-cache-seconds), as Kubernetes' aggregated API servers do; in-cluster "
+                   "service account unless --kubeconfig")
+    p.add_argument("--kubeconfig", help="kubeconfig of the API server that answers the reviews")
+    p.add_argument("--review-cache-seconds", type=float, default=10.0,
+                   help="how long a TokenReview or SubjectAccessReview answer is reused (10 s)")
+    p.add_argument("--scheduler-port", type=int, default=0,
+                   help="serve the kube-scheduler extender on this port only (0: not served); kube-scheduler "
+                   "sends no credentials, so its paths never share the port that serves workload data")
+    p.add_argument("--scheduler-client-ca", help="with --scheduler-port: require a client certificate signed "
+                   "by this CA (the scheduler's extender tlsConfig certFile/keyFile)")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
     p.add_argument("--lead-seconds", type=float, default=75.0, help="lead window: pod start-up + one HPA sync (75)")
     p.add_argument("--quantile", default="p90", help="published quantile to serve (p90; 'mean' allowed)")
@@ -50,6 +62,11 @@ def register(subparsers) -> None:
     p.add_argument("--cache-ttl", type=float, default=2.0, help="per-process cache TTL over the store (2 s)")
     p.add_argument("--cache-max-stale", type=float, default=30.0,
                    help="with the store down, serve cached forecasts this long, then 503 (30 s)")
+    p.add_argument("--observed-direct-ttl", type=float, default=15.0,
+                   help="with the store down, observed demand is read from the config's Prometheus with each "
+                   "workload's demand query and reused this long (15 s)")
+    p.add_argument("--no-observed-direct", action="store_true",
+                   help="never read Prometheus: a store outage becomes a 503 once the cache is too old")
     p.add_argument("--access-log", action="store_true", help="log every request")
     p.set_defaults(func=run)
 
@@ -84,11 +101,21 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     problems = []
     if not (0 < args.port < 65536):
         problems.append(f"--port {args.port}: must be 1-65535")
+    if not (args.scheduler_port == 0 or 0 < args.scheduler_port < 65536) or args.scheduler_port == args.port:
+        problems.append(f"--scheduler-port {args.scheduler_port}: must be 1-65535 and differ from --port (0: off)")
+    if args.scheduler_client_ca and not args.scheduler_port:
+        problems.append("--scheduler-client-ca needs --scheduler-port")
+    if not args.review_cache_seconds >= 0:
+        problems.append(f"--review-cache-seconds {args.review_cache_seconds}: must be >= 0")
+    if not args.observed_direct_ttl > 0:
+        problems.append(f"--observed-direct-ttl {args.observed_direct_ttl}: must be > 0 seconds")
     if args.workers < 1:
         problems.append(f"--workers {args.workers}: must be >= 1")
     if bool(args.cert) != bool(args.key):
         problems.append("--cert and --key go together: give both, or neither to generate a self-signed pair")
-    for flag, path in (("--cert", args.cert), ("--key", args.key), ("--requestheader-ca", args.requestheader_ca), ("--config", args.config)):
+    for flag, path in (("--cert", args.cert), ("--key", args.key), ("--requestheader-ca", args.requestheader_ca),
+                       ("--config", args.config), ("--kubeconfig", args.kubeconfig),
+                       ("--scheduler-client-ca", args.scheduler_client_ca)):
         if path and not Path(path).is_file():
             problems.append(f"{flag} {path}: no such file")
     if problems:
@@ -108,6 +135,13 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "requestheader_ca_file": args.requestheader_ca,
         "allowed_names": parse_allowed_names(args.allowed_names),
         "token": token,
+        "delegated_auth": bool(args.delegated_auth or args.kubeconfig),
+        "kubeconfig": args.kubeconfig,
+        "review_cache_seconds": args.review_cache_seconds,
+        "scheduler_port": args.scheduler_port,
+        "scheduler_client_ca": args.scheduler_client_ca,
+        "observed_direct": not args.no_observed_direct,
+        "observed_direct_ttl_seconds": args.observed_direct_ttl,
     }
 
 
@@ -159,18 +193,67 @@ def build_settings(opts: dict[str, Any]):
     return settings, store_url or DEFAULT_STORE
 
 
+def build_demand(opts: dict[str, Any]):
+    """(DemandReader, ObservedDirectSettings) over the config's Prometheus, or (None, None)
+    without a config, with a CSV source, or when turned off."""
+    from adapter.settings import ObservedDirectSettings
+
+    if not opts.get("config") or not opts.get("observed_direct", True):
+        return None, None
+    from adapter.fallback import PrometheusDemandReader
+    from forecaster.config import load_config
+
+    cfg = load_config(opts["config"])
+    if cfg.source.url.startswith(("csv://", "file://")):
+        return None, None  # a file holds no live demand
+    od = ObservedDirectSettings(ttl_seconds=float(opts.get("observed_direct_ttl_seconds", 15.0)))
+    from forecaster.sources.prometheus import PrometheusSource
+
+    src = PrometheusSource(
+        cfg.source.url, bearer_token_file=cfg.source.bearer_token_file, ca_file=cfg.source.ca_file,
+        thanos=cfg.source.thanos, timeout_seconds=od.timeout_seconds, retries=0,
+    )
+    return PrometheusDemandReader(src, cfg.workloads), od
+
+
+def build_auth(opts: dict[str, Any]):
+    """(TokenReview authenticator, SubjectAccessReview authorizer), or (None, None)."""
+    if not opts.get("delegated_auth"):
+        return None, None
+    from adapter.authz import SubjectAccessReviewAuthorizer, TokenReviewAuthenticator
+    from adapter.kube import KubeAPI
+
+    kube = KubeAPI.from_kubeconfig(opts["kubeconfig"]) if opts.get("kubeconfig") else KubeAPI.in_cluster()
+    ttl = float(opts.get("review_cache_seconds", 10.0))
+    return TokenReviewAuthenticator(kube, cache_seconds=ttl), SubjectAccessReviewAuthorizer(kube, cache_seconds=ttl)
+
+
 def build_app(opts: dict[str, Any]):
     from adapter.app import create_app
     from forecaster.store import open_store
 
     settings, url = build_settings(opts)
-    return create_app(settings, open_store(url))
+    demand, od = build_demand(opts)
+    authn, authz = build_auth(opts)
+    return create_app(settings, open_store(url), demand=demand, observed_direct=od, authenticator=authn,
+                      authorizer=authz, scheduler_routes=not opts.get("scheduler_port"))
+
+
+def start_scheduler_port(opts: dict[str, Any], host: str, certfile: str | None, keyfile: str | None):
+    """The scheduler extender on its own port, in a thread of this (the supervising) process."""
+    from adapter.app import create_scheduler_app
+    from adapter.server import serve_in_thread
+    from forecaster.store import open_store
+
+    settings, url = build_settings(opts)
+    app = create_scheduler_app(settings, open_store(url))
+    ca = opts.get("scheduler_client_ca")
+    return serve_in_thread(app, host, int(opts["scheduler_port"]), certfile, keyfile, client_ca_file=ca,
+                           require_client_cert=bool(ca))
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from adapter.server import ENV_OPTIONS, tune_process, uvicorn_kwargs
+    from adapter.server import ENV_OPTIONS, run_config, tune_process, uvicorn_config
 
     opts = options_from_args(args)
     settings, url = build_settings(opts)  # fail fast on bad config, before any worker starts
@@ -186,25 +269,29 @@ def run(args: argparse.Namespace) -> int:
     elif settings.auth.requestheader_ca_file:
         raise UserError("--requestheader-ca needs HTTPS: drop --plain-http")
     scheme = "http" if args.plain_http else "https"
-    auth = "on" if settings.auth.enabled else "off (anyone who can reach the port can read)"
+    auth = ("on, delegated (TokenReview + SubjectAccessReview)" if opts["delegated_auth"] else "on") if (
+        settings.auth.enabled or opts["delegated_auth"]) else "off (anyone who can reach the port can read)"
     print(f"foresight serve: {scheme}://{args.host}:{args.port} store={url} workers={args.workers} auth={auth}", flush=True)
-    kw = uvicorn_kwargs(
-        args.host, args.port, certfile, keyfile,
+    kw = dict(
         client_ca_file=settings.auth.requestheader_ca_file,
         workers=args.workers,
         log_level="debug" if getattr(args, "verbose", False) else "warning",
         access_log=args.access_log,
     )
-    if args.workers == 1:
-        from adapter.app import create_app
-        from forecaster.store import open_store
-
-        kw.pop("workers")
-        tune_process()
-        config = uvicorn.Config(create_app(settings, open_store(url)), **kw)
-        uvicorn.Server(config).run()
-    else:
-        os.environ[ENV_OPTIONS] = json.dumps(opts)
-        kw["factory"] = True
-        uvicorn.run("adapter.server:app_from_env", **kw)
+    scheduler = None
+    if args.scheduler_port:
+        scheduler = start_scheduler_port(opts, args.host, certfile, keyfile)
+        print(f"  scheduler extender: {scheduler.url}/scheduler/{{filter,prioritize}}"
+              f"{' (client certificate required)' if args.scheduler_client_ca else ''}", flush=True)
+    try:
+        if args.workers == 1:
+            tune_process()
+            run_config(uvicorn_config(build_app(opts), args.host, args.port, certfile, keyfile, **kw))
+        else:
+            os.environ[ENV_OPTIONS] = json.dumps(opts)
+            run_config(uvicorn_config("adapter.server:app_from_env", args.host, args.port, certfile, keyfile,
+                                      factory=True, **kw))
+    finally:
+        if scheduler is not None:
+            scheduler.stop()
     return 0

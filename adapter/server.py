@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 ENV_OPTIONS = "FORESIGHT_ADAPTER_OPTIONS"
@@ -57,7 +58,8 @@ class TLSHttpProtocol(HttpToolsProtocol):
 
 def uvicorn_kwargs(host: str, port: int, certfile: str | None, keyfile: str | None, *,
                    client_ca_file: str | None = None, workers: int = 1, factory: bool = False,
-                   log_level: str = "warning", access_log: bool = False) -> dict[str, Any]:
+                   log_level: str = "warning", access_log: bool = False,
+                   require_client_cert: bool = False) -> dict[str, Any]:
     kw: dict[str, Any] = dict(
         host=host,
         port=port,
@@ -73,14 +75,37 @@ def uvicorn_kwargs(host: str, port: int, certfile: str | None, keyfile: str | No
     if certfile:
         kw.update(ssl_certfile=str(certfile), ssl_keyfile=str(keyfile))
         if client_ca_file:
-            kw.update(ssl_ca_certs=str(client_ca_file), ssl_cert_reqs=ssl.CERT_OPTIONAL)
+            reqs = ssl.CERT_REQUIRED if require_client_cert else ssl.CERT_OPTIONAL
+            kw.update(ssl_ca_certs=str(client_ca_file), ssl_cert_reqs=reqs)
     return kw
 
 
+class TLSConfig(uvicorn.Config):
+    """uvicorn's Config with TLS 1.2 as the floor (kube-apiserver's default --tls-min-version),
+    whatever the local OpenSSL policy says. Module level: worker processes unpickle it."""
+
+    def load(self) -> None:
+        super().load()
+        if self.ssl is not None:
+            self.ssl.minimum_version = ssl.TLSVersion.TLSv1_2
+
+
 def uvicorn_config(app: Any, host: str, port: int, certfile: str | None, keyfile: str | None, **kw: Any):
+    return TLSConfig(app, **uvicorn_kwargs(host, port, certfile, keyfile, **kw))
+
+
+def run_config(config) -> None:
+    """Run a Config like ``uvicorn.run`` does, with several worker processes when asked."""
     import uvicorn
 
-    return uvicorn.Config(app, **uvicorn_kwargs(host, port, certfile, keyfile, **kw))
+    server = uvicorn.Server(config)
+    if config.workers <= 1:
+        server.run()
+        return
+    from uvicorn.supervisors import Multiprocess
+
+    sock = config.bind_socket()
+    Multiprocess(config, sockets=[sock]).run()
 
 
 @dataclass
@@ -100,12 +125,13 @@ class ServerHandle:
 
 def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 8443, certfile: str | None = None,
                     keyfile: str | None = None, *, client_ca_file: str | None = None,
-                    startup_timeout: float = 15.0) -> ServerHandle:
+                    require_client_cert: bool = False, startup_timeout: float = 15.0) -> ServerHandle:
     """Serve ``app`` in a daemon thread (HTTPS when certfile is given); returns once it
     accepts connections. ``handle.stop()`` shuts it down."""
     import uvicorn
 
-    config = uvicorn_config(app, host, port, certfile, keyfile, client_ca_file=client_ca_file)
+    config = uvicorn_config(app, host, port, certfile, keyfile, client_ca_file=client_ca_file,
+                            require_client_cert=require_client_cert)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"foresight-adapter-{port}", daemon=True)
     thread.start()

@@ -29,6 +29,23 @@ class CacheSettings:
 
 
 @dataclass(frozen=True)
+class ObservedDirectSettings:
+    """Observed demand read straight from Prometheus while the store is out of reach.
+
+    ttl_seconds: a reading is reused this long (one query per workload per TTL, never one
+      per request); older ones are re-read in the background while still being served.
+    wait_seconds: the longest a request waits for a reading it has none of.
+    max_age_seconds: an older reading is never served (the source is down too: 503).
+    timeout_seconds: per query to Prometheus (no retries: the next request retries).
+    """
+
+    ttl_seconds: float = 15.0
+    wait_seconds: float = 1.0
+    max_age_seconds: float = 120.0
+    timeout_seconds: float = 3.0
+
+
+@dataclass(frozen=True)
 class AuthSettings:
     """Aggregated-API authentication. Off when nothing is configured.
 
@@ -37,10 +54,10 @@ class AuthSettings:
       verified against it.
     allowed_names: accepted common names of that certificate (empty: any name the CA signed).
     token: an optional static bearer token (for Prometheus, curl, tools).
-    anonymous_paths: answered without authentication: kubelet probes have no credentials, and
-      kube-scheduler calls its extender without any (it only verifies our serving cert); the
-      extender answers node scores only, never workload data. Drop the /scheduler paths here
-      if you do not run the scheduler profile.
+    anonymous_paths: answered without authentication: kubelet probes have no credentials.
+      kube-scheduler calls its extender without any, so the extender belongs on its own port
+      (``foresight serve --scheduler-port``, optionally requiring the scheduler's client
+      certificate); on this port its paths need credentials like everything else.
     """
 
     requestheader_ca_file: str | None = None
@@ -48,7 +65,7 @@ class AuthSettings:
     token: str | None = None
     username_headers: tuple[str, ...] = ("x-remote-user",)
     group_headers: tuple[str, ...] = ("x-remote-group",)
-    anonymous_paths: tuple[str, ...] = ("/healthz", "/readyz", "/livez", "/scheduler/filter", "/scheduler/prioritize")
+    anonymous_paths: tuple[str, ...] = ("/healthz", "/readyz", "/livez")
 
     @property
     def enabled(self) -> bool:

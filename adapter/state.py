@@ -322,6 +322,21 @@ class ForecastCache:
     def is_configured(self, series_id: str) -> bool:
         return series_id in self.configured
 
+    def is_known(self, series_id: str) -> bool:
+        """In the index: configured, or seen in the store before it went out of reach."""
+        ns, _, name = series_id.partition("/")
+        with self._idx_lock:
+            return name in self._labels.get(ns, {})
+
+    @property
+    def last_error(self) -> str | None:
+        return self._last_error
+
+    @property
+    def store_reachable(self) -> bool:
+        """Whether the last read of the store succeeded (no round trip)."""
+        return self._last_error is None
+
     def health(self) -> dict:
         """Store reachability as seen by this process (pings the store)."""
         ok = self.store.ping()

@@ -218,7 +218,36 @@ class Forecasting:
         return published
 
 
-def _start_adapter(args, store, workloads):
+class TraceDemand:
+    """The adapter's ``DemandReader`` over the replayed traces: with ``--store redis://`` down,
+    the adapter serves this observed demand (``observed-direct``) instead of a 503."""
+
+    def __init__(self, forecasting: Forecasting) -> None:
+        self.forecasting = forecasting
+        self._by_id = {w.series_id: w for w in forecasting.workloads}
+
+    def knows(self, series_id: str) -> bool:
+        return series_id in self._by_id
+
+    def observe(self, series_id: str):
+        import numpy as np
+
+        from adapter.fallback import Observation
+
+        w = self._by_id.get(series_id)
+        if w is None:
+            return None
+        now = time.time()
+        _, y = self.forecasting.visible(w, now)
+        finite = y[np.isfinite(y)]
+        if not len(finite):
+            return None
+        cores = float(finite[-1])
+        return Observation(cores=cores, at=now, ready_pods=reactive_ready_pods(cores, w.cpu_request_cores),
+                           cpu_request_cores=w.cpu_request_cores)
+
+
+def _start_adapter(args, store, workloads, demand=None):
     from adapter.app import create_app  # noqa: WPS433 (wired here, floor 4)
     from adapter.server import serve_in_thread
     from adapter.settings import AdapterSettings
@@ -233,7 +262,7 @@ def _start_adapter(args, store, workloads):
         workload_capacity={w.series_id: {"cpu_request_cores": w.cpu_request_cores} for w in workloads},
     )
     tune_process()
-    app = create_app(settings, store)
+    app = create_app(settings, store, demand=demand)
     port = args.port or _free_port(args.host)
     return serve_in_thread(app, args.host, port, certfile=str(cert), keyfile=str(key))
 
@@ -284,7 +313,7 @@ def run_up(args: argparse.Namespace) -> int:
     handles = []
     if not args.no_serve and not args.once:
         try:
-            srv = _start_adapter(args, store, workloads)
+            srv = _start_adapter(args, store, workloads, TraceDemand(fc))
             handles.append(srv)
             base = srv.url
             w0 = workloads[0].name

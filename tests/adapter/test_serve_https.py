@@ -227,11 +227,11 @@ def test_serve_rejects_bad_options_with_a_clear_message(tmp_path):
     assert main(["serve", "--cert", str(tmp_path / "missing.crt")]) == 2
 
 
-def test_scheduler_extender_paths_need_no_credentials_but_metrics_still_do():
-    """kube-scheduler sends no credentials to an extender; everything else stays protected."""
+def test_only_probes_are_anonymous_on_the_port_that_serves_workload_data():
+    """kube-scheduler sends no credentials, so its extender gets its own port
+    (--scheduler-port); on this one, everything but the kubelet probes needs credentials."""
     from adapter.settings import AuthSettings
 
     a = AuthSettings(token="t")
     assert a.enabled
-    assert "/scheduler/prioritize" in a.anonymous_paths and "/scheduler/filter" in a.anonymous_paths
-    assert not any(p.startswith("/apis") or p.startswith("/api/v1") for p in a.anonymous_paths)
+    assert set(a.anonymous_paths) == {"/healthz", "/readyz", "/livez"}

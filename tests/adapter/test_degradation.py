@@ -1,0 +1,209 @@
+"""The degradation ladder, by fault injection on the real parts (real Redis, real Prometheus):
+
+- store down (kill -9, or SIGSTOP: a stalled Redis) -> observed demand read directly from
+  Prometheus with the workload's own query, ``source: observed-direct``, counted in /metrics;
+- store and Prometheus both down -> 503 for that metric only; discovery and /readyz stay 200;
+- the store back -> forecasts again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import httpx
+import pytest
+
+from adapter.app import create_app
+from adapter.fallback import PrometheusDemandReader
+from adapter.server import serve_in_thread
+from adapter.settings import AdapterSettings, CacheSettings, ObservedDirectSettings
+from forecaster.config import parse_config
+from forecaster.sources.prometheus import PrometheusSource
+from forecaster.store import RedisForecastStore
+from tests import stack
+from tests.adapter.helpers import EXT, sample_forecast
+
+DEMAND = 1.75  # cores, the demand Prometheus holds for shop/checkout
+PODS = 5
+
+
+@pytest.fixture
+def redis_alone(tmp_path):
+    """A Redis of this test only: it gets killed."""
+    if not stack.have("redis-server"):
+        pytest.skip("redis-server is not installed; run `make deps`")
+    (tmp_path / "redis").mkdir()
+    srv = stack.start_redis(tmp_path / "redis")
+    yield srv
+    if srv.proc is not None and srv.proc.poll() is None:
+        os.kill(srv.proc.pid, signal.SIGCONT)
+    srv.stop()
+
+
+@pytest.fixture
+def prometheus(prometheus_factory):
+    """Real Prometheus with the demand and the ready pods of shop/checkout over the last hour."""
+    now = int(time.time())
+    samples = [(t, DEMAND) for t in range(now - 3600, now - 60, 60)]
+    pods = [(t, float(PODS)) for t in range(now - 3600, now - 60, 60)]
+    return prometheus_factory({
+        "foresight_test_demand": [({"namespace": "shop", "workload": "checkout"}, samples)],
+        "foresight_test_ready": [({"namespace": "shop", "workload": "checkout"}, pods)],
+    })
+
+
+def _config(prom_url: str):
+    return parse_config({
+        "source": {"url": prom_url},
+        "workloads": [{
+            "namespace": "shop",
+            "name": "checkout",
+            "labels": {"tier": "web"},
+            # the workload's own queries; last_over_time because the history is backfilled
+            "demand_query": 'sum(last_over_time(foresight_test_demand{workload="checkout"}[2h]))',
+            "capacity": {
+                "cpu_request_cores": 0.5,
+                "ready_pods_query": 'sum(last_over_time(foresight_test_ready{workload="checkout"}[2h]))',
+            },
+        }],
+    })
+
+
+def _serve(store, prom_url: str, *, max_age: float = 120.0):
+    cfg = _config(prom_url)
+    source = PrometheusSource(prom_url, timeout_seconds=30.0, retries=0)
+    settings = AdapterSettings(
+        cache=CacheSettings(ttl_seconds=0.2, max_stale_seconds=0.5),
+        workload_labels={w.series_id: w.all_labels() for w in cfg.workloads},
+        workload_capacity={"shop/checkout": {"cpu_request_cores": 0.5}},
+    )
+    app = create_app(settings, store, demand=PrometheusDemandReader(source, cfg.workloads),
+                     observed_direct=ObservedDirectSettings(ttl_seconds=0.2, wait_seconds=1.0, max_age_seconds=max_age))
+    return serve_in_thread(app, port=stack.free_port())
+
+
+def _get(url: str, path: str, **params) -> httpx.Response:
+    return httpx.get(url + path, params=params, timeout=20.0)
+
+
+def _metric(url: str, name: str = "predicted_cpu_cores") -> httpx.Response:
+    return _get(url, f"{EXT}/namespaces/shop/{name}", labelSelector="workload=checkout")
+
+
+def _eventually(check, what: str, attempts: int = 100):
+    for _ in range(attempts):
+        got = check()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"never happened: {what}")
+
+
+def _sample(text: str, name: str, **labels) -> float:
+    for line in text.splitlines():
+        if line.startswith(name) and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_with_redis_killed_the_metric_serves_observed_demand_from_prometheus_and_readyz_stays_200(redis_alone, prometheus):
+    store = RedisForecastStore(redis_alone.url, socket_timeout=0.5)
+    store.publish(sample_forecast("shop", "checkout", p90=(9.0, 9.0, 9.0), observed=8.0, ready_pods=PODS))
+    srv = _serve(store, prometheus.url)
+    try:
+        before = _metric(srv.url)
+        assert before.status_code == 200 and before.json()["items"][0]["value"] == "9"  # the forecast
+        redis_alone.proc.kill()  # kill -9
+        redis_alone.proc.wait()
+
+        def degraded():
+            r = _metric(srv.url)
+            return r if r.status_code == 200 and r.json()["items"][0]["value"] == "1750m" else None
+
+        r = _eventually(degraded, "the metric served observed demand from Prometheus")
+        assert r.json()["items"][0]["metricLabels"]["deployment"] == "checkout"
+        ratio = _metric(srv.url, "predicted_cpu_load_ratio")
+        assert ratio.status_code == 200
+        assert ratio.json()["items"][0]["value"] == "700m"  # 1.75 cores / (5 ready pods x 0.5)
+        ready = _get(srv.url, "/readyz")
+        assert ready.status_code == 200 and ready.json()["store_reachable"] is False
+        assert _get(srv.url, EXT).status_code == 200
+        rest = _get(srv.url, "/api/v1/forecasts").json()["items"][0]
+        assert rest["served"]["predicted_cpu_cores"]["source"] == "observed-direct"
+        assert rest["served"]["predicted_cpu_cores"]["value"] == DEMAND
+        assert "unreachable" in rest["served"]["predicted_cpu_cores"]["reason"]
+        metrics = _get(srv.url, "/metrics").text
+        assert _sample(metrics, "foresight_adapter_values_total", source="observed-direct") >= 1
+        assert _sample(metrics, "foresight_adapter_fallbacks_total", cause="observed-direct") >= 1
+        assert "foresight_adapter_store_up 0.0" in metrics
+
+        redis_alone.start()  # same port, empty: the trainer republishes
+        RedisForecastStore(redis_alone.url).publish(sample_forecast("shop", "checkout", p90=(9.0, 9.0, 9.0)))
+        _eventually(lambda: _metric(srv.url).json().get("items", [{}])[0].get("value") == "9",
+                    "forecasts were served again once the store was back")
+    finally:
+        srv.stop()
+
+
+def test_with_redis_stalled_requests_still_get_observed_demand(redis_alone, prometheus):
+    store = RedisForecastStore(redis_alone.url, socket_timeout=0.5)
+    store.publish(sample_forecast("shop", "checkout", p90=(9.0, 9.0, 9.0)))
+    srv = _serve(store, prometheus.url)
+    try:
+        assert _metric(srv.url).status_code == 200
+        os.kill(redis_alone.proc.pid, signal.SIGSTOP)  # accepts connections, never answers
+        r = _eventually(lambda: (lambda x: x if x.json().get("items", [{}])[0].get("value") == "1750m" else None)(_metric(srv.url)),
+                        "observed demand was served while Redis was stalled")
+        assert r.status_code == 200
+        assert _get(srv.url, "/readyz").status_code == 200
+    finally:
+        os.kill(redis_alone.proc.pid, signal.SIGCONT)
+        srv.stop()
+
+
+def test_with_redis_and_prometheus_both_down_only_the_metric_is_503(redis_alone, prometheus_factory):
+    prom = prometheus_factory({"foresight_test_other": [({"a": "b"}, [(int(time.time()) - 600, 1.0)])]})
+    store = RedisForecastStore(redis_alone.url, socket_timeout=0.5)
+    store.publish(sample_forecast("shop", "checkout", p90=(9.0, 9.0, 9.0)))
+    srv = _serve(store, prom.url, max_age=0.5)
+    try:
+        redis_alone.proc.kill()
+        redis_alone.proc.wait()
+        prom.proc.kill()
+        prom.proc.wait()
+        r = _eventually(lambda: (lambda x: x if x.status_code == 503 else None)(_metric(srv.url)),
+                        "the metric answered 503 with both down")
+        body = r.json()
+        assert body["kind"] == "Status" and body["reason"] == "ServiceUnavailable"
+        assert "store is unreachable" in body["message"] and "could not be read directly" in body["message"]
+        assert _get(srv.url, EXT).status_code == 200  # discovery: the aggregator keeps the APIService
+        assert _get(srv.url, "/apis").status_code == 200
+        ready = _get(srv.url, "/readyz")
+        assert ready.status_code == 200 and ready.json()["demand_source_reachable"] is False
+        metrics = _get(srv.url, "/metrics").text
+        assert _sample(metrics, "foresight_adapter_no_data_total") >= 1
+        assert _sample(metrics, "foresight_adapter_observed_direct_errors_total") >= 1
+        assert "foresight_adapter_demand_source_up 0.0" in metrics
+        assert _sample(metrics, "foresight_adapter_responses_total", route="apis", code="5xx") >= 1
+    finally:
+        srv.stop()
+
+
+def test_a_stalled_prometheus_does_not_hold_a_request_longer_than_the_bounded_wait(redis_alone, prometheus):
+    store = RedisForecastStore(redis_alone.url, socket_timeout=0.5)
+    srv = _serve(store, prometheus.url)
+    try:
+        redis_alone.proc.kill()
+        redis_alone.proc.wait()
+        os.kill(prometheus.proc.pid, signal.SIGSTOP)
+        # The source timeout is 30 s; the request gives up waiting after 1 s: it must come
+        # back (a 503: nothing read yet) well before this client's own 20 s timeout.
+        r = _metric(srv.url)
+        assert r.status_code == 503
+        os.kill(prometheus.proc.pid, signal.SIGCONT)
+        _eventually(lambda: _metric(srv.url).status_code == 200, "served once Prometheus answered again")
+    finally:
+        os.kill(prometheus.proc.pid, signal.SIGCONT)
+        srv.stop()
