@@ -16,6 +16,7 @@ from forecaster.errors import UserError
 
 import json
 import math
+import os
 import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -27,6 +28,7 @@ __all__ = [
     "MemoryForecastStore",
     "RedisForecastStore",
     "StoreError",
+    "StorePermissionError",
     "StoreUnavailable",
     "open_store",
     "quantile_key",
@@ -41,6 +43,11 @@ class StoreError(UserError):
 
 class StoreUnavailable(StoreError):
     """The store cannot be reached right now (retryable): Redis down, timeout, restart."""
+
+
+class StorePermissionError(StoreError):
+    """The store refused this user (permanent): wrong password, or an ACL user that may not
+    run the command (a read-only reader trying to publish)."""
 
 
 def quantile_key(q: float) -> str:
@@ -80,6 +87,9 @@ class Forecast:
     reason: str = ""
     observed: tuple[tuple[float, float], ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
+    # the serving policy the trainer chose (forecaster.serving.ServingPolicy.to_dict());
+    # applied by adapter/metrics.py; empty for forecasts published without one
+    policy: Mapping[str, Any] = field(default_factory=dict)
     generation: int = 0
 
     def __post_init__(self) -> None:
@@ -126,6 +136,7 @@ class Forecast:
         d["quantiles"] = {k: tuple(float(x) for x in v) for k, v in d["quantiles"].items()}
         d["observed"] = tuple((float(t), float(v)) for t, v in d.get("observed", ()))
         d["meta"] = d.get("meta") or {}
+        d["policy"] = d.get("policy") or {}
         return cls(**d)
 
 
@@ -218,7 +229,13 @@ class RedisForecastStore:
     - ``{p}gen:{series}``: the generation counter (INCR).
     - ``{p}series``: a sorted set of series ids scored by publish time (the index for
       list_series/count_series: a member older than the TTL has an expired forecast key, so
-      listing is one ZRANGEBYSCORE, and old members are trimmed with ZREMRANGEBYSCORE).
+      listing is one ZRANGEBYSCORE; the publisher trims old members, so readers never write).
+
+    Security: the URL carries the ACL user (``redis://adapter@host:6379/0``); the password
+    comes from a file (``?password_file=/var/run/secrets/redis/password``, a mounted Secret)
+    or the ``FORESIGHT_REDIS_PASSWORD_FILE`` environment variable, never from the command
+    line. ``rediss://`` speaks TLS; ``?ca_file=`` names the CA that signed Redis' certificate.
+    Readers need only ``+@read +@connection``; the trainer adds ``+@write +@transaction``.
     """
 
     def __init__(
@@ -229,18 +246,27 @@ class RedisForecastStore:
         ttl_seconds: int = 3600,
         socket_timeout: float = 2.0,
         client: Any = None,
+        password_file: str | None = None,
+        ca_file: str | None = None,
     ) -> None:
         import redis  # only this module talks to Redis
 
         self._redis_mod = redis
-        self.url = url
+        url, password_file, ca_file = _split_secrets(url, password_file, ca_file)
+        self.url = _redact(url)
         self.prefix = prefix
         self.ttl_seconds = int(ttl_seconds)
+        kwargs: dict[str, Any] = {}
+        if password_file:
+            kwargs["password"] = _read_secret(password_file)
+        if ca_file:
+            kwargs["ssl_ca_certs"] = ca_file
         self._r = client or redis.Redis.from_url(
             url,
             socket_timeout=socket_timeout,
             socket_connect_timeout=socket_timeout,
             health_check_interval=30,
+            **kwargs,
         )
 
     def _k(self, kind: str, series_id: str = "") -> str:
@@ -249,6 +275,16 @@ class RedisForecastStore:
     def _call(self, fn, *args, **kwargs):
         try:
             return fn(*args, **kwargs)
+        except self._redis_mod.AuthenticationError as exc:
+            raise StorePermissionError(
+                f"Redis at {self.url} rejected the credentials ({exc}); check the user in the URL and "
+                "the password file (password_file= or FORESIGHT_REDIS_PASSWORD_FILE)"
+            ) from exc
+        except self._redis_mod.exceptions.NoPermissionError as exc:
+            raise StorePermissionError(
+                f"Redis at {self.url}: this ACL user may not do that ({exc}); publishing needs the "
+                "trainer's read-write user, readers need +@read"
+            ) from exc
         except (self._redis_mod.ConnectionError, self._redis_mod.TimeoutError) as exc:
             raise StoreUnavailable(
                 f"Redis at {self.url} is unreachable ({exc.__class__.__name__}: {exc}); "
@@ -268,7 +304,10 @@ class RedisForecastStore:
             pipe.multi()
             pipe.set(gen_key, gen, ex=self.ttl_seconds * 2)
             pipe.set(self._k("fc", sid), payload, ex=self.ttl_seconds)
-            pipe.zadd(self._k("series"), {sid: time.time()})
+            now = time.time()
+            pipe.zadd(self._k("series"), {sid: now})
+            # forget members whose forecast expired (cheap, bounded by what expired)
+            pipe.zremrangebyscore(self._k("series"), "-inf", f"({now - self.ttl_seconds}")
             return gen
 
         return int(self._call(self._r.transaction, tx, gen_key, value_from_callable=True))
@@ -294,8 +333,6 @@ class RedisForecastStore:
     def list_series(self) -> list[str]:
         cutoff = self._cutoff()
         raw = self._call(self._r.zrangebyscore, self._k("series"), cutoff, "+inf")
-        # forget members whose forecast expired (cheap, bounded by what expired)
-        self._call(self._r.zremrangebyscore, self._k("series"), "-inf", f"({cutoff}")
         return sorted(m.decode() if isinstance(m, bytes) else m for m in raw)
 
     def count_series(self) -> int:
@@ -323,6 +360,50 @@ class RedisForecastStore:
             self._r.close()
         except Exception:  # noqa: BLE001
             pass
+
+
+PASSWORD_FILE_ENV = "FORESIGHT_REDIS_PASSWORD_FILE"
+
+
+def _split_secrets(url: str, password_file: str | None, ca_file: str | None) -> tuple[str, str | None, str | None]:
+    """Take ``password_file`` and ``ca_file`` out of the URL's query (redis-py does not know
+    them); the environment names the password file when neither the URL nor the caller does."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    kept = []
+    for k, v in parse_qsl(parts.query, keep_blank_values=True):
+        if k == "password_file":
+            password_file = password_file or v
+        elif k == "ca_file":
+            ca_file = ca_file or v
+        else:
+            kept.append((k, v))
+    if password_file is None and parts.password is None:
+        password_file = os.environ.get(PASSWORD_FILE_ENV) or None
+    return urlunsplit(parts._replace(query=urlencode(kept))), password_file, ca_file
+
+
+def _read_secret(path: str) -> str:
+    try:
+        with open(path) as f:
+            secret = f.read().strip()
+    except OSError as exc:
+        raise StoreError(f"Redis password file {path}: cannot read it ({exc.strerror}); mount the Secret there") from exc
+    if not secret:
+        raise StoreError(f"Redis password file {path} is empty; put the ACL user's password in it")
+    return secret
+
+
+def _redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return parts._replace(netloc=f"{parts.username or ''}:***@{host}").geturl()
 
 
 def open_store(url: str | None, **kwargs: Any) -> ForecastStore:

@@ -163,3 +163,91 @@ def test_generations_and_count_are_cheap_views_of_the_same_state(store):
     store.publish(fc(sid="g/w1", level=3.0))
     assert store.generations(["g/w0", "g/w1", "g/none"]) == {"g/w0": 1, "g/w1": 2}
     assert store.count_series() == 3
+
+
+# --- Redis ACL users: the trainer writes, readers (adapter, warm pool) only read ----------
+
+ACL_RULES = {
+    "trainer": "on >{pw} ~foresight:* resetchannels -@all +@read +@write +@transaction +@connection",
+    "adapter": "on >{pw} ~foresight:* resetchannels -@all +@read +@connection",
+}
+
+
+@pytest.fixture
+def redis_acl(tmp_path):
+    """A real redis-server whose default user is off; trainer and adapter ACL users, each
+    with a password in a file (as a mounted Secret would be)."""
+    import subprocess
+
+    from tests import stack
+
+    if not stack.have("redis-server"):
+        pytest.skip("redis-server is not installed; run `make deps`")
+    port = stack.free_port()
+    conf = tmp_path / "redis.conf"
+    lines = [f"port {port}", "bind 127.0.0.1", 'save ""', "appendonly no", f"dir {tmp_path}",
+             "user default off"]
+    files = {}
+    for user, rule in ACL_RULES.items():
+        pw = f"{user}-secret-0123456789"
+        (tmp_path / f"{user}.password").write_text(pw + "\n")
+        files[user] = str(tmp_path / f"{user}.password")
+        lines.append(f"user {user} {rule.format(pw=pw)}")
+    conf.write_text("\n".join(lines) + "\n")
+    proc = subprocess.Popen(["redis-server", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        stack._wait_port(port, "redis-server")
+        yield port, files
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
+def test_the_trainer_user_publishes_and_the_read_only_adapter_user_reads(redis_acl):
+    port, files = redis_acl
+    trainer = open_store(f"redis://trainer@127.0.0.1:{port}/0?password_file={files['trainer']}")
+    reader = open_store(f"redis://adapter@127.0.0.1:{port}/0?password_file={files['adapter']}")
+    trainer.publish(fc())
+    got = reader.latest("shop/checkout")
+    assert got is not None and got.generation == 1
+    assert reader.list_series() == ["shop/checkout"] and reader.count_series() == 1
+    assert reader.generations(["shop/checkout"]) == {"shop/checkout": 1}
+    assert reader.ping() is True
+
+
+def test_a_read_only_user_cannot_publish_and_is_told_why(redis_acl):
+    from forecaster.store import StorePermissionError
+
+    port, files = redis_acl
+    reader = open_store(f"redis://adapter@127.0.0.1:{port}/0?password_file={files['adapter']}")
+    with pytest.raises(StorePermissionError, match="may not"):
+        reader.publish(fc())
+    trainer = open_store(f"redis://trainer@127.0.0.1:{port}/0?password_file={files['trainer']}")
+    assert trainer.latest("shop/checkout") is None  # nothing got through
+
+
+def test_without_credentials_or_with_a_wrong_password_nothing_is_read(redis_acl, tmp_path, monkeypatch):
+    from forecaster.store import StorePermissionError
+
+    port, files = redis_acl
+    anonymous = open_store(f"redis://127.0.0.1:{port}/0")
+    with pytest.raises(StoreError):
+        anonymous.latest("shop/checkout")
+    wrong = tmp_path / "wrong"
+    wrong.write_text("nope")
+    bad = open_store(f"redis://adapter@127.0.0.1:{port}/0?password_file={wrong}")
+    with pytest.raises(StorePermissionError, match="credentials"):
+        bad.latest("shop/checkout")
+    monkeypatch.setenv("FORESIGHT_REDIS_PASSWORD_FILE", files["adapter"])
+    assert open_store(f"redis://adapter@127.0.0.1:{port}/0").latest("shop/checkout") is None
+
+
+def test_the_password_never_shows_in_the_store_url(redis_acl):
+    port, _ = redis_acl
+    s = RedisForecastStore(f"redis://adapter:hunter2@127.0.0.1:{port}/0")
+    assert "hunter2" not in s.url and "adapter:***@" in s.url
+
+
+def test_a_missing_password_file_is_a_clear_error():
+    with pytest.raises(StoreError, match="cannot read it"):
+        open_store("redis://adapter@127.0.0.1:1/0?password_file=/nonexistent/password")
