@@ -8,11 +8,16 @@ simulator (replay/) run exactly the same rule:
    time before the demand arrives, and the max keeps the peak of the window from being
    averaged away. The forecast curve is piecewise linear through (origin, last observed)
    and the published points.
-2. served = max(predicted, observed): a bad forecast may delay a scale-down, it never
-   causes an under-scale (the floor Crane and PredictKube use as well).
-3. A stale forecast (older than ``max_forecast_age_seconds``) or a series on the fallback
-   is never served: the HPA does not check timestamps, so we serve the observed value
-   instead. No forecast and nothing observed: ``NoData`` (the adapter answers 503; an
+2. served = m x max(predicted, observed), with the workload's serving policy (chosen by the
+   trainer, published with the forecast: ``forecaster.serving``): which quantile (or a flat
+   persistence path) is the prediction and the headroom m >= 1. A bad forecast may delay a
+   scale-down, it never causes an under-scale (the floor Crane and PredictKube use as well).
+   A forecast without a policy is served with ``MetricSettings.quantile`` and m = 1.
+3. A series on the fallback serves m_fallback x observed (the policy's persistence headroom):
+   a reactive HPA with this workload's own headroom. A stale forecast (older than
+   ``max_forecast_age_seconds``: the trainer is not keeping up) serves the plain observed
+   value: the HPA does not check timestamps, and an old policy is no better than an old
+   forecast. No forecast and nothing observed: ``NoData`` (the adapter answers 503; an
    empty list would be an error for the HPA anyway).
 
 Every served value is finite and >= 0.
@@ -24,6 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from forecaster.serving import ServingPolicy
 from forecaster.store import Forecast
 
 __all__ = [
@@ -88,6 +94,7 @@ class ServedValue:
     reason: str  # why, for people (dashboard, REST, logs)
     predicted: float | None  # predicted demand (cores) over the lead window
     observed: float | None  # observed demand (cores)
+    headroom: float = 1.0  # the policy's multiplier applied to max(predicted, observed)
 
 
 def _finite_non_negative(v) -> float | None:
@@ -123,7 +130,7 @@ def _value_at(values: Sequence[float], origin: float, step: float, first: float 
     return v0 + (v1 - v0) * (x - i0)
 
 
-def predicted_demand(fc: Forecast, now: float, settings: MetricSettings) -> float | None:
+def predicted_demand(fc: Forecast, now: float, settings: MetricSettings, quantile: str | None = None) -> float | None:
     """Max of the configured quantile over [now, now + lead], linearly interpolated.
 
     Point i is at origin + (i+1)*step; between origin and the first point the curve starts
@@ -131,7 +138,8 @@ def predicted_demand(fc: Forecast, now: float, settings: MetricSettings) -> floa
     None when the forecast cannot say anything about the window: no points, the quantile
     was not published, or ``now`` is past the last point.
     """
-    values = fc.mean if settings.quantile == "mean" else fc.quantiles.get(settings.quantile)
+    quantile = settings.quantile if quantile is None else quantile
+    values = fc.mean if quantile == "mean" else fc.quantiles.get(quantile)
     if not values:
         return None
     origin, step, n = fc.origin, fc.step_seconds, len(values)
@@ -153,10 +161,21 @@ def predicted_demand(fc: Forecast, now: float, settings: MetricSettings) -> floa
     return max(0.0, best)
 
 
-def _fallback(observed: float | None, why: str, predicted: float | None = None) -> ServedValue:
+def _fallback(observed: float | None, why: str, headroom: float = 1.0) -> ServedValue:
     if observed is None:
         raise NoData(f"{why}, and no observed demand to fall back on")
-    return ServedValue(value=observed, source="observed", reason=f"{why}; serving observed demand", predicted=predicted, observed=observed)
+    if headroom != 1.0:
+        return ServedValue(value=headroom * observed, source="observed", headroom=headroom, predicted=None, observed=observed,
+                           reason=f"{why}; serving observed demand x{headroom:g} (the policy's persistence headroom)")
+    return ServedValue(value=observed, source="observed", reason=f"{why}; serving observed demand", predicted=None, observed=observed)
+
+
+def policy_of(fc: Forecast) -> tuple[ServingPolicy | None, str]:
+    """The serving policy a forecast carries, and a note when it had to be ignored."""
+    try:
+        return ServingPolicy.from_dict(fc.policy), ""
+    except ValueError as exc:
+        return None, f"; published policy ignored ({exc})"
 
 
 def served_cores(
@@ -175,30 +194,36 @@ def served_cores(
     if fc is None:
         return _fallback(obs, "no forecast published")
     age = now - fc.generated_at
-    if fc.status == "fallback":
-        return _fallback(obs, f"series is on the fallback ({fc.reason or 'no reason given'})")
     if age > settings.max_forecast_age_seconds:
         return _fallback(
             obs, f"forecast is stale ({age:.0f} s old > {settings.max_forecast_age_seconds:.0f} s)"
         )
-    pred = predicted_demand(fc, now, settings)
-    if pred is None:
-        why = (
-            f"forecast has no {settings.quantile!r} values"
-            if not (fc.mean if settings.quantile == "mean" else fc.quantiles.get(settings.quantile))
-            else "forecast horizon ends before now"
-        )
-        return _fallback(obs, why)
-    what = f"{settings.quantile} forecast max over the next {settings.lead_seconds:g} s ({model_name(fc)})"
+    policy, note = policy_of(fc)
+    if fc.status == "fallback":
+        m = policy.fallback_headroom if policy is not None else 1.0
+        return _fallback(obs, f"series is on the fallback ({fc.reason or 'no reason given'}){note}", headroom=m)
+    m = policy.headroom if policy is not None else 1.0
+    if policy is not None and policy.source == "persistence":
+        pred = observed_now(fc)
+        what = f"persistence (last observed {fc.observed[-1][0] if fc.observed else 0:.0f})"
+        if pred is None:
+            return _fallback(obs, "policy serves persistence but the forecast carries no observation")
+    else:
+        quantile = policy.quantile if policy is not None else settings.quantile
+        pred = predicted_demand(fc, now, settings, quantile)
+        if pred is None:
+            values = fc.mean if quantile == "mean" else fc.quantiles.get(quantile)
+            why = f"forecast has no {quantile!r} values" if not values else "forecast horizon ends before now"
+            return _fallback(obs, why + note)
+        what = f"{quantile} forecast max over the next {settings.lead_seconds:g} s ({model_name(fc)})"
+    base, floored = pred, False
     if settings.observed_floor and obs is not None and obs > pred:
-        return ServedValue(
-            value=obs,
-            source="forecast",
-            reason=f"{what} is {pred:.4g} cores, below observed {obs:.4g}: floored at observed",
-            predicted=pred,
-            observed=obs,
-        )
-    return ServedValue(value=pred, source="forecast", reason=f"{what}: {pred:.4g} cores", predicted=pred, observed=obs)
+        base, floored = obs, True
+    value = m * base
+    reason = f"{what} is {pred:.4g} cores"
+    reason += f", below observed {obs:.4g}: floored at observed" if floored else ""
+    reason += f"; x{m:g} headroom from the serving policy" if m != 1.0 else ""
+    return ServedValue(value=value, source="forecast", reason=reason + note, predicted=pred, observed=obs, headroom=m)
 
 
 def model_name(fc: Forecast) -> str:
@@ -243,4 +268,5 @@ def served_load_ratio(
         reason=f"{cores.reason}; / ({pods} ready pods x {request:g} cores){note}",
         predicted=cores.predicted,
         observed=cores.observed,
+        headroom=cores.headroom,
     )

@@ -1,9 +1,10 @@
 """Replay every CPU series with >= 21 days through the HPA v2 simulator (replay/), side by side:
-reactive at targets 0.4-0.7 (its cost-vs-risk frontier), our predictive variants, the warm-pool
-variant and the oracle. Prints and saves totals, medians, per-series ratios, the per-series
-equal-cost comparison and plots to bench/results/replay_*.
+reactive at targets 0.4-0.7 (its cost-vs-risk frontier), foresight as a default deployment runs
+it (the production trainer and serving policy, replay/pipeline.py), the same with a warm pool,
+named configurations of the same production code, and the oracle. Prints and saves totals,
+medians, per-series ratios, the per-series equal-cost comparison and plots to bench/results/replay_*.
 
-    .venv/bin/python bench/replay_all.py [--every N [--offset K]] [--workers 2] [--variants main|sweep|served2|v2|...] [--tag T]
+    .venv/bin/python bench/replay_all.py [--every N [--offset K]] [--workers 2] [--variants main|costs] [--tag T]
 
 Data: $FORESIGHT_DATA_DIR/cpu (default <repo>/../shared/data/cpu).
 """
@@ -36,119 +37,26 @@ def data_dir() -> Path:
         return Path(os.environ.get("FORESIGHT_DATA_DIR", ROOT.parent / "shared" / "data"))
 
 
-# name -> (mode, overrides of ReplayConfig). "ours" is the headline predictive variant.
-# "ours": per series and per day (walk-forward, from the last 3 days' outcomes), the headroom
-# m and the source (model p50 or persistence) minimising pods + lambda * violations; m lowers
-# the HPA target Value (target / m): headroom proportional to the served value.
-OURS = {"model": "auto", "quantile": "p50", "margin_lambda": 80.0, "headroom": "served", "headroom_sources": ("model", "persistence")}
-OLD_GRID = (0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.65, 1.8, 2.0, 2.25, 2.5)
+def _pipeline(training: dict | None = None, serving: dict | None = None):
+    """A production PipelineConfig: the defaults, with workload-config overrides by name."""
+    from forecaster.config import TrainingConfig
+    from forecaster.serving import ServingSettings
+    from replay.pipeline import PipelineConfig
+
+    return PipelineConfig(training=TrainingConfig(**(training or {})), serving=ServingSettings(**(serving or {})))
+
+
+# name -> (mode, training overrides, serving overrides): every variant is production code run
+# with settings a user can put in the workload config; "ours" is a default deployment.
 MAIN_VARIANTS = {
-    "ours": ("predictive", OURS),
-    "ours+warm": ("predictive+warm", OURS),
-    "ours l50": ("predictive", {**OURS, "margin_lambda": 50.0}),
-    "ours l120": ("predictive", {**OURS, "margin_lambda": 120.0}),
-    "previous ours (quantile margin l150)": ("predictive", {"model": "auto", "quantile": "p50", "margin_lambda": 150.0, "margin_grid": OLD_GRID}),
-    "simple AR p90 t0.70": ("predictive", {"model": "ar", "quantile": "p90", "target": 0.70}),
-    "AR p50 t0.60": ("predictive", {"model": "ar", "quantile": "p50", "target": 0.60}),
+    "ours": ("predictive", {}, {}),
+    "ours+warm": ("predictive+warm", {}, {}),
+    # the reference predictor of replay-anchors.md, as production runs it: AR, p90, no headroom
+    "simple AR p90": ("predictive", {"models": ("ar",)}, {"quantiles": ("p90",), "sources": ("model",), "headrooms": (1.0,)}),
 }
-SWEEP_VARIANTS = {
-    "ar p90 t0.70": ("predictive", {"model": "ar", "quantile": "p90", "target": 0.70}),
-    "ar p90 t0.80": ("predictive", {"model": "ar", "quantile": "p90", "target": 0.80}),
-    "ar p75 t0.70": ("predictive", {"model": "ar", "quantile": "p75", "target": 0.70}),
-    "ar p95 t0.80": ("predictive", {"model": "ar", "quantile": "p95", "target": 0.80}),
-    "ar p50 t0.60": ("predictive", {"model": "ar", "quantile": "p50", "target": 0.60}),
-}
-
-
-EXPLORE_VARIANTS = {
-    "rec med p50 t0.70": ("predictive", {"model": "recurrence", "quantile": "p50", "target": 0.70}),
-    "rec med p50 t0.65": ("predictive", {"model": "recurrence", "quantile": "p50", "target": 0.65}),
-    "rec max p50 t0.70": ("predictive", {"model": "recurrence", "model_params": {"agg": "max"}, "quantile": "p50", "target": 0.70}),
-    "rec med p75 t0.75": ("predictive", {"model": "recurrence", "quantile": "p75", "target": 0.75}),
-    "ar p50 t0.60": ("predictive", {"model": "ar", "quantile": "p50", "target": 0.60}),
-    "ar p50 t0.65": ("predictive", {"model": "ar", "quantile": "p50", "target": 0.65}),
-}
-
-
-ADAPT2_VARIANTS = {
-    "rec adapt l250": ("predictive", {"model": "recurrence", "quantile": "p50", "margin_lambda": 250.0}),
-    "rec adapt l150 lvl": ("predictive", {"model": "recurrence", "quantile": "p50", "margin_lambda": 150.0, "margin_on_level": True}),
-    "rec adapt l300 lvl": ("predictive", {"model": "recurrence", "quantile": "p50", "margin_lambda": 300.0, "margin_on_level": True}),
-    "rec p50 t0.60": ("predictive", {"model": "recurrence", "quantile": "p50", "target": 0.60}),
-    "auto adapt l150": ("predictive", {"model": "auto", "quantile": "p50", "margin_lambda": 150.0}),
-}
-AUTO_REC = ("persistence", "moving_average", "ar", "ar_log", "recurrence")
-ADAPT3_VARIANTS = {
-    "auto adapt l100": ("predictive", {"model": "auto", "quantile": "p50", "margin_lambda": 100.0}),
-    "auto adapt l200": ("predictive", {"model": "auto", "quantile": "p50", "margin_lambda": 200.0}),
-    "auto+rec adapt l150": ("predictive", {"model": "auto", "model_params": {"candidates": AUTO_REC}, "quantile": "p50", "margin_lambda": 150.0}),
-    "auto+rec adapt l200": ("predictive", {"model": "auto", "model_params": {"candidates": AUTO_REC}, "quantile": "p50", "margin_lambda": 200.0}),
-    "auto p90 t0.75": ("predictive", {"model": "auto", "quantile": "p90", "target": 0.75}),
-}
-SHAPE = {"model": "auto", "quantile": "p50", "margin_lambda": 150.0, "margin_grid": OLD_GRID}  # as the exploration runs had it
-SHAPE_VARIANTS = {
-    "auto adapt l150": ("predictive", SHAPE),
-    "auto shape l150": ("predictive", {**SHAPE, "headroom": "auto"}),
-    "auto shape+persist l150": ("predictive", {**SHAPE, "headroom": "auto", "headroom_sources": ("model", "persistence")}),
-    "auto served l150": ("predictive", {**SHAPE, "headroom": "served"}),
-    "auto shape l100": ("predictive", {**SHAPE, "headroom": "auto", "margin_lambda": 100.0}),
-}
-SERVED_VARIANTS = {
-    "auto adapt l150": ("predictive", SHAPE),
-    "auto served1 l150": ("predictive", {**SHAPE, "headroom": "served"}),
-    "auto served1 l100": ("predictive", {**SHAPE, "headroom": "served", "margin_lambda": 100.0}),
-    "auto shape1 l150": ("predictive", {**SHAPE, "headroom": "auto"}),
-    "auto served1+persist l150": ("predictive", {**SHAPE, "headroom": "served", "headroom_sources": ("model", "persistence")}),
-}
-SP = {**SHAPE, "headroom": "served", "headroom_sources": ("model", "persistence")}
-FINE = (0.8, 0.9, 1.0, 1.05, 1.1, 1.15, 1.2, 1.27, 1.33, 1.4, 1.5, 1.6, 1.75, 2.0, 2.5)
-SERVED2_VARIANTS = {
-    "served1+persist l80": ("predictive", {**SP, "margin_lambda": 80.0}),
-    "served1+persist l100": ("predictive", {**SP, "margin_lambda": 100.0}),
-    "served1+persist l120": ("predictive", {**SP, "margin_lambda": 120.0}),
-    "served1+persist fine l120": ("predictive", {**SP, "margin_lambda": 120.0, "margin_grid": FINE}),
-    "served1+persist l120 h7": ("predictive", {**SP, "margin_lambda": 120.0, "margin_history_days": 7.0}),
-}
-FINER = (0.8, 0.9, 1.0, 1.03, 1.06, 1.1, 1.13, 1.17, 1.2, 1.25, 1.3, 1.35, 1.4, 1.5, 1.6, 1.75, 2.0, 2.5)
-SERVED3_VARIANTS = {
-    "auto adapt l150": ("predictive", SHAPE),
-    "served fine l80": ("predictive", {**SP, "margin_lambda": 80.0, "margin_grid": FINE}),
-    "served fine l100": ("predictive", {**SP, "margin_lambda": 100.0, "margin_grid": FINE}),
-    "served fine l120": ("predictive", {**SP, "margin_lambda": 120.0, "margin_grid": FINE}),
-    "served finer l100": ("predictive", {**SP, "margin_lambda": 100.0, "margin_grid": FINER}),
-}
-V2_VARIANTS = {
-    "ours l65": ("predictive", {**OURS, "margin_lambda": 65.0}),
-    "ours l100": ("predictive", {**OURS, "margin_lambda": 100.0}),
-    "nofloor l80": ("predictive", {**OURS, "headroom_sources": ("model", "persistence", "model_nofloor")}),
-    "nofloor l120": ("predictive", {**OURS, "margin_lambda": 120.0, "headroom_sources": ("model", "persistence", "model_nofloor")}),
-}
-G95 = (0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.15, 1.2, 1.27, 1.33, 1.4, 1.5, 1.6, 1.75, 2.0, 2.5)
-V3_VARIANTS = {
-    "ours l65 min0.95": ("predictive", {**OURS, "margin_lambda": 65.0, "margin_grid": G95, "served_min_margin": 0.95}),
-    "ours l80 min0.95": ("predictive", {**OURS, "margin_grid": G95, "served_min_margin": 0.95}),
-    "ours l65 min0.90": ("predictive", {**OURS, "margin_lambda": 65.0, "margin_grid": G95, "served_min_margin": 0.90}),
-    "ours l65 h2": ("predictive", {**OURS, "margin_lambda": 65.0, "margin_history_days": 2.0}),
-}
-# `foresight replay`'s default is "ours l75 min0.95" (the only variant within <= 0.20x SLO at
-# <= 1.10x cost on the 103 series); "ours" below (l80, margin >= 1) wins more series at equal cost
-V4_VARIANTS = {
-    "ours l75 min0.95": ("predictive", {**OURS, "margin_lambda": 75.0, "margin_grid": G95, "served_min_margin": 0.95}),
-    "ours l70 min0.95": ("predictive", {**OURS, "margin_lambda": 70.0, "margin_grid": G95, "served_min_margin": 0.95}),
-}
-HIST_VARIANTS = {
-    "auto adapt l150": ("predictive", SHAPE),
-    "auto adapt l150 h7": ("predictive", {**SHAPE, "margin_history_days": 7.0}),
-    "auto adapt l150 h10": ("predictive", {**SHAPE, "margin_history_days": 10.0}),
-    "auto served l150 h7": ("predictive", {**SHAPE, "headroom": "served", "margin_history_days": 7.0}),
-    "auto shape l150 h7": ("predictive", {**SHAPE, "headroom": "auto", "margin_history_days": 7.0}),
-}
-ADAPT_VARIANTS = {
-    "ar p50 adapt l50": ("predictive", {"model": "ar", "quantile": "p50", "margin_lambda": 50.0}),
-    "ar p50 adapt l150": ("predictive", {"model": "ar", "quantile": "p50", "margin_lambda": 150.0}),
-    "ar p50 adapt l400": ("predictive", {"model": "ar", "quantile": "p50", "margin_lambda": 400.0}),
-    "rec p50 adapt l150": ("predictive", {"model": "recurrence", "quantile": "p50", "margin_lambda": 150.0}),
-    "ar p50 t0.60": ("predictive", {"model": "ar", "quantile": "p50", "target": 0.60}),
+COST_VARIANTS = {  # serving.violation_cost_pods, the one documented knob of the policy
+    "ours cost 40": ("predictive", {}, {"violation_cost_pods": 40.0}),
+    "ours cost 150": ("predictive", {}, {"violation_cost_pods": 150.0}),
 }
 
 
@@ -171,7 +79,7 @@ def _replay_one(args):
     torch.set_num_threads(1)
     from dataclasses import replace
 
-    from replay.simulate import ReplayConfig, StartupModel, make_world, run_mode, walk_forward_forecasts
+    from replay.simulate import ReplayConfig, StartupModel, make_world, production_feed, run_mode
 
     base = ReplayConfig(startup=StartupModel(startup_kind, 60.0))
     world = make_world(sid, ts, v, base)
@@ -181,17 +89,18 @@ def _replay_one(args):
         rows.append({**r.row(), "variant": f"reactive t{tg:.2f}", "target": tg})
     r = run_mode(world, "oracle", base)
     rows.append({**r.row(), "variant": "oracle", "target": 0.7})
-    fcs = {}
-    for name, (mode, over) in variants.items():
-        cfg = replace(base, **over)
-        # the table's warm-up (rows before t0 for the adaptive choice) depends on the history
-        key = (cfg.model, repr(sorted(dict(cfg.model_params).items())), cfg.margin_history_days if cfg.margin_lambda > 0 else 0.0)
-        if key not in fcs:
-            fcs[key] = walk_forward_forecasts(world, cfg)
-        fc = fcs[key]
-        r = run_mode(world, mode, cfg, fc)
-        err = fc.error(world)
-        rows.append({**r.row(), "variant": name, "target": cfg.target, **err})
+    feeds = {}
+    for name, (mode, tr, sv) in variants.items():
+        cfg = replace(base, pipeline=_pipeline(tr, sv))
+        key = (repr(sorted(tr.items())), repr(sorted(sv.items())))
+        if key not in feeds:  # the warm variant reads the same publications
+            feeds[key] = production_feed(world, cfg)
+        feed = feeds[key]
+        r = run_mode(world, mode, cfg, feed)
+        info = feed.summary()
+        rows.append({**r.row(), "variant": name, "target": cfg.target, **feed.error(world.sample_ts, world.sample_cores, world.t0),
+                     "median_headroom": info["median_headroom"], "persistence_days": info["persistence_days"],
+                     "fits": info["fits"], "models": json.dumps(info["models"]), **{f"src_{k}": n for k, n in r.extra.get("served_sources", {}).items()}})
     return rows
 
 
@@ -317,7 +226,7 @@ def plot_examples(df: pd.DataFrame, per: dict, series, variants: dict, startup_k
     from dataclasses import replace
 
     from replay import report
-    from replay.simulate import ReplayConfig, StartupModel, make_world, run_mode, walk_forward_forecasts
+    from replay.simulate import ReplayConfig, StartupModel, make_world, run_mode
     import base64
 
     rows = pd.DataFrame(per["ours"]["rows"])
@@ -325,7 +234,7 @@ def plot_examples(df: pd.DataFrame, per: dict, series, variants: dict, startup_k
     pick = list(rows.sort_values("excess", ascending=False).head(3).series_id) + list(rows.sort_values("excess").head(1).series_id)
     by_id = {sid: (ts, v) for sid, ts, v in series}
     base = ReplayConfig(startup=StartupModel(startup_kind, 60.0))
-    mode, over = variants["ours"]
+    mode, tr, sv = variants["ours"]
     out = []
     for sid in pick:
         ts, v = by_id[sid]
@@ -336,8 +245,7 @@ def plot_examples(df: pd.DataFrame, per: dict, series, variants: dict, startup_k
         near = front.iloc[int(np.argmin(np.abs(front.replica_minutes - ours_cost)))]
         res = {"reactive": run_mode(world, "reactive", base)}
         res[f"reactive t{near.target:.2f}"] = run_mode(world, "reactive", replace(base, target=float(near.target)))
-        cfg = replace(base, **over)
-        res["predictive"] = run_mode(world, mode, cfg, walk_forward_forecasts(world, cfg))
+        res["predictive"] = run_mode(world, mode, replace(base, pipeline=_pipeline(tr, sv)))
         res["oracle"] = run_mode(world, "oracle", base)
         for zoom, suffix in ((None, "full"), (6, "zoom")):
             b64 = report.series_figure(world, res, zoom_hours=zoom)
@@ -352,13 +260,15 @@ def main(argv=None) -> int:
     ap.add_argument("--every", type=int, default=1, help="replay every N-th series (tuning)")
     ap.add_argument("--offset", type=int, default=0, help="start the every-N-th selection at this series (a second tuning subset)")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--variants", default="main", choices=["main", "sweep", "explore", "adapt", "adapt2", "adapt3", "shape", "hist", "served", "served2", "served3", "v2", "v3", "v4", "all"])
+    ap.add_argument("--variants", default="main", choices=["main", "costs"],
+                    help="main: ours (a default deployment), ours+warm, simple AR p90; costs: main plus two "
+                         "serving.violation_cost_pods settings")
     ap.add_argument("--startup", default="constant", choices=["constant", "lognormal"], help="pod start-up model (constant 60 s = the reference)")
     ap.add_argument("--tag", default="", help="suffix for the result files")
     args = ap.parse_args(argv)
     from tqdm import tqdm
 
-    variants = {"main": MAIN_VARIANTS, "sweep": {**MAIN_VARIANTS, **SWEEP_VARIANTS}, "explore": {**MAIN_VARIANTS, **EXPLORE_VARIANTS}, "adapt": ADAPT_VARIANTS, "adapt2": ADAPT2_VARIANTS, "adapt3": ADAPT3_VARIANTS, "shape": SHAPE_VARIANTS, "hist": HIST_VARIANTS, "served": SERVED_VARIANTS, "served2": SERVED2_VARIANTS, "served3": SERVED3_VARIANTS, "v2": V2_VARIANTS, "v3": V3_VARIANTS, "v4": V4_VARIANTS, "all": {**MAIN_VARIANTS, **SWEEP_VARIANTS, **EXPLORE_VARIANTS}}[args.variants]
+    variants = {"main": MAIN_VARIANTS, "costs": {**MAIN_VARIANTS, **COST_VARIANTS}}[args.variants]
     series = load_series()[args.offset :: args.every]
     print(f"replaying {len(series)} series with {len(variants)} predictive variants, {len(REACTIVE_TARGETS)} reactive targets, oracle")
     t_start = time.time()
@@ -402,7 +312,7 @@ def main(argv=None) -> int:
         "series": int(df.series_id.nunique()),
         "elapsed_seconds": round(elapsed, 1),
         "startup": args.startup,
-        "variants": {k: [m, o] for k, (m, o) in variants.items()},
+        "variants": {k: [m, tr, sv] for k, (m, tr, sv) in variants.items()},
         "totals": json.loads(tot.to_json(orient="index")),
         "medians": json.loads(med.to_json(orient="index")),
         "per_series_equal_cost": summary,

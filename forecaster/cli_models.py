@@ -50,6 +50,9 @@ def register(subparsers) -> None:
     t.add_argument("--once", action="store_true", help="one train+publish step, then exit")
     t.add_argument("--store", default=None, help="override store.url (memory:// or redis://...)")
     t.add_argument("--iterations", type=int, default=None, help="stop after N refresh steps")
+    t.add_argument("--now", type=float, default=None, metavar="UNIX_SECONDS",
+                   help="with --once: run the step as of this instant (history up to it), e.g. to reproduce "
+                        "what the trainer published at a past moment")
     t.set_defaults(func=run_train_cmd)
 
 
@@ -216,9 +219,11 @@ def run_train_cmd(args) -> int:
                 print(f"{sid}: NOT published: {r.get('error')}")
 
     try:
+        if args.now is not None and not args.once:
+            raise UserError("--now needs --once (a schedule runs on the wall clock)")
         if args.once:
             trainer = trainer_from_config(config, store)
-            out = train_once(config, source, store, trainer=trainer)
+            out = train_once(config, source, store, now=args.now, trainer=trainer)
             report(out)
             ok = any(r.get("published") for r in out["results"].values())
             return 0 if ok else 1

@@ -20,6 +20,14 @@ training:
   horizon_steps: 12
   quantiles: [0.5, 0.9]
   models: [auto]
+serving:                              # optional: how each workload's serving policy is chosen
+  violation_cost_pods: 75             # one SLO-violation interval is worth this many pod-intervals
+  quantiles: [p50, p90]               # published quantiles the policy may serve
+  sources: [model, persistence]
+  headrooms: [1.0, 1.1, 1.2, 1.5, 2.0]  # candidate multipliers (>= 1 unless allow_below_observed)
+  target_value: 0.7                   # the HPA's target Value
+  slo_utilization: 0.9
+  history_days: 2
 workloads:
   - namespace: shop
     name: checkout
@@ -43,6 +51,7 @@ from typing import Any, Mapping
 import yaml
 
 from forecaster.errors import ConfigError
+from forecaster.serving import ServingSettings
 
 DEFAULT_DEMAND_QUERY = (
     'sum(rate(container_cpu_usage_seconds_total{{namespace="{namespace}",'
@@ -137,6 +146,7 @@ class Config:
     store: StoreConfig
     training: TrainingConfig
     workloads: tuple[WorkloadConfig, ...]
+    serving: ServingSettings = field(default_factory=ServingSettings)
 
     def workload(self, series_id: str) -> WorkloadConfig | None:
         for w in self.workloads:
@@ -212,7 +222,7 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
     top = c.mapping(
         data,
         "",
-        {"apiVersion": "", "kind": "", "source": "", "store": "", "training": "", "workloads": ""},
+        {"apiVersion": "", "kind": "", "source": "", "store": "", "training": "", "serving": "", "workloads": ""},
     )
     if data is not None and not isinstance(data, dict):
         raise ConfigError(source, c.problems)
@@ -280,6 +290,8 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
         models=tuple(models),
     )
 
+    serving_cfg = _serving(c, top.get("serving"), training_cfg.quantiles)
+
     wl_raw = top.get("workloads")
     workloads: list[WorkloadConfig] = []
     if wl_raw is None:
@@ -338,7 +350,35 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
             )
     if c.problems:
         raise ConfigError(source, c.problems)
-    return Config(source=source_cfg, store=store_cfg, training=training_cfg, workloads=tuple(workloads))
+    return Config(source=source_cfg, store=store_cfg, training=training_cfg, workloads=tuple(workloads), serving=serving_cfg)
+
+
+def _serving(c: _Checker, raw: Any, quantiles: tuple[float, ...]) -> ServingSettings:
+    """The ``serving:`` section; types checked here, ranges by ServingSettings.problems."""
+    from dataclasses import fields
+
+    keys = {f.name: f for f in fields(ServingSettings)}
+    d = c.mapping(raw, "serving", {k: "" for k in keys})
+    kw: dict[str, Any] = {}
+    for k in ("violation_cost_pods", "target_value", "slo_utilization", "history_days"):
+        if k in d:
+            kw[k] = c.typed(d, k, "serving", (int, float), getattr(ServingSettings, k))
+    if "allow_below_observed" in d:
+        kw["allow_below_observed"] = c.typed(d, "allow_below_observed", "serving", (bool,), False)
+    for k, kind in (("quantiles", str), ("sources", str), ("headrooms", (int, float))):
+        if k in d:
+            v = d[k]
+            if not isinstance(v, list) or not all(isinstance(x, kind) and not isinstance(x, bool) for x in v):
+                c.add(f"serving.{k}", f"must be a list of {'strings' if kind is str else 'numbers'}, got {v!r}")
+            else:
+                kw[k] = tuple(v)
+    settings = ServingSettings(**kw)
+    from forecaster.store import quantile_key
+
+    for p in settings.problems("serving", published=[quantile_key(q) for q in quantiles]):
+        path, _, msg = p.partition(": ")
+        c.add(path, msg)
+    return settings
 
 
 def read_yaml(path: str | Path) -> Any:

@@ -29,7 +29,9 @@ import numpy as np
 
 from forecaster.models import Model, ModelError, get_model
 from forecaster.models.base import clean_history
+from forecaster.models.base import season_length
 from forecaster.selection import DEFAULT_CANDIDATES, Selection, SelectionSettings, select_and_fit
+from forecaster.serving import ServingPolicy, ServingSettings, policy_from_model
 from forecaster.store import Forecast, ForecastStore, make_forecast
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,7 @@ class SeriesState:
     needs_retrain: bool = False
     drifted: bool = False
     refreshed_at: float | None = None
+    policy: ServingPolicy = field(default_factory=ServingPolicy)
 
     def live_error_ratio(self) -> float | None:
         return float(np.mean(self.live_ratios)) if self.live_ratios else None
@@ -95,6 +98,7 @@ class Trainer:
         drift_min_points: int = 12,
         observed_points: int = 12,
         prototypes: Mapping[str, Model] | None = None,
+        serving: ServingSettings | None = None,
     ) -> None:
         if horizon < 1:
             raise ModelError(f"horizon must be >= 1 (got {horizon})")
@@ -110,10 +114,12 @@ class Trainer:
         self.drift_min_points = int(drift_min_points)
         self.observed_points = int(observed_points)
         self.prototypes: dict[str, Model] = dict(prototypes or {})
+        self.serving = serving or ServingSettings()
         self._states: dict[str, SeriesState] = {}
 
     # --- heavy -----------------------------------------------------------------------------
-    def fit_fleet(self, data: Mapping[str, tuple[np.ndarray, np.ndarray]], now: float | None = None) -> dict[str, SeriesState]:
+    def fit_fleet(self, data: Mapping[str, tuple[np.ndarray, np.ndarray]], now: float | None = None,
+                  capacities: Mapping[str, float | None] | None = None) -> dict[str, SeriesState]:
         """Train the global models (LSTM) once across ``data`` (series_id -> (ts, values)),
         then fit every series. Without a global candidate this is just a loop over ``fit``."""
         for g in GLOBAL_MODELS:
@@ -125,7 +131,8 @@ class Trainer:
                 except Exception as exc:  # noqa: BLE001 - the others still train
                     log.warning("global model %s failed to train: %s", g, exc)
                     self.prototypes.pop(g, None)
-        return {sid: self.fit(sid, ts, vals, now=now) for sid, (ts, vals) in data.items()}
+        caps = capacities or {}
+        return {sid: self.fit(sid, ts, vals, now=now, capacity_per_pod=caps.get(sid)) for sid, (ts, vals) in data.items()}
 
     def _candidate_list(self) -> list[str | Model]:
         out: list[str | Model] = []
@@ -138,8 +145,11 @@ class Trainer:
                 out.append(c)
         return out or ["persistence"]
 
-    def fit(self, series_id: str, timestamps: np.ndarray, values: np.ndarray, now: float | None = None) -> SeriesState:
-        """Select, calibrate and fit the model of one series (falls back to persistence)."""
+    def fit(self, series_id: str, timestamps: np.ndarray, values: np.ndarray, now: float | None = None,
+            capacity_per_pod: float | None = None) -> SeriesState:
+        """Select, calibrate and fit the model of one series (falls back to persistence), and
+        choose its serving policy (``forecaster.serving``) from the same recent history;
+        ``capacity_per_pod`` (e.g. the CPU request in cores) lets the policy count pods."""
         now = self.clock() if now is None else now
         ts = np.asarray(timestamps, dtype="float64")
         vals = np.asarray(values, dtype="float64")
@@ -165,8 +175,10 @@ class Trainer:
                 reason=sel.reason,
                 scores=sel.scores,
             )
+        tail = (sel.tail_origins, sel.tail_means) if sel is not None else None
+        st.policy = policy_from_model(st.model, vals, capacity_per_pod, self.serving, season_length(ts), chosen_at=now, tail=tail)
         self._states[series_id] = st
-        log.debug("fit %s -> %s (%s)", series_id, st.model_name, st.reason)
+        log.debug("fit %s -> %s (%s); policy %s", series_id, st.model_name, st.reason, st.policy.reason)
         return st
 
     def due(self, series_id: str, now: float | None = None) -> bool:
@@ -235,6 +247,7 @@ class Trainer:
             reason=reason,
             observed=observed,
             meta=dict(meta or {}),
+            policy=st.policy.to_dict(),
         )
         st.last_forecast = (origin, step, np.asarray(pred.mean, dtype="float64"))
         st.refreshed_at = now
@@ -291,6 +304,7 @@ class Trainer:
             "live_error_ratio": st.live_error_ratio(),
             "needs_retrain": st.needs_retrain,
             "scores": dict(st.scores),
+            "policy": st.policy.to_dict(),
         }
 
     def series(self) -> list[str]:
@@ -310,7 +324,29 @@ def trainer_from_config(config, store: ForecastStore | None, clock: Callable[[],
         step_seconds=config.source.step_seconds,
         clock=clock,
         retrain_interval_seconds=t.retrain_interval_seconds,
+        serving=config.serving,
     )
+
+
+def workload_meta(workload, capacity: Mapping[str, Any]) -> dict[str, Any]:
+    """What readers need besides the numbers: identity, selector labels and capacity."""
+    meta: dict[str, Any] = {
+        "namespace": workload.namespace,
+        "workload": workload.name,
+        "kind": workload.kind,
+        "labels": workload.all_labels(),
+    }
+    meta.update(capacity)
+    return meta
+
+
+def step_workload(trainer: Trainer, series_id: str, ts: np.ndarray, vals: np.ndarray, now: float,
+                  meta: Mapping[str, Any], fit: bool | None = None) -> Forecast:
+    """One workload's step of ``foresight train``: retrain when due (choosing the serving
+    policy with it), then refresh and publish. ``foresight replay`` calls exactly this."""
+    if fit if fit is not None else trainer.due(series_id, now):
+        trainer.fit(series_id, ts, vals, now=now, capacity_per_pod=meta.get("cpu_request_cores"))
+    return trainer.refresh(series_id, ts, vals, now=now, meta=meta)
 
 
 def _capacity(workload, source) -> tuple[dict[str, Any], list[str]]:
@@ -376,28 +412,20 @@ def train_once(config, source, store: ForecastStore | None, now: float | None = 
         except Exception as exc:  # noqa: BLE001 - one workload's failure is its own
             results[sid] = {"series_id": sid, "published": False, "error": str(exc)}
             log.warning("%s: %s", sid, exc)
-    due = {sid: h for sid, h in histories.items() if trainer.due(sid, now)}
-    if due:
-        if any(g in trainer.candidates for g in GLOBAL_MODELS):
-            trainer.fit_fleet(due, now=now)
-        else:
-            for sid, (ts, vals) in due.items():
-                trainer.fit(sid, ts, vals, now=now)
+    caps = {w.series_id: _capacity(w, source) for w in config.workloads if w.series_id in histories}
+    due = {sid for sid in histories if trainer.due(sid, now)}
+    global_fit = bool(due) and any(g in trainer.candidates for g in GLOBAL_MODELS)
+    if global_fit:  # the global models train once across the fleet before the per-series fits
+        trainer.fit_fleet({sid: histories[sid] for sid in due}, now=now,
+                          capacities={sid: caps[sid][0].get("cpu_request_cores") for sid in due})
     for w in config.workloads:
         sid = w.series_id
         if sid not in histories:
             continue
         ts, vals = histories[sid]
-        meta: dict[str, Any] = {
-            "namespace": w.namespace,
-            "workload": w.name,
-            "kind": w.kind,
-            "labels": w.all_labels(),
-        }
-        cap, problems = _capacity(w, source)
-        meta.update(cap)
+        cap, problems = caps[sid]
         try:
-            fc = trainer.refresh(sid, ts, vals, now=now, meta=meta)
+            fc = step_workload(trainer, sid, ts, vals, now, workload_meta(w, cap), fit=(sid in due) and not global_fit)
             results[sid] = {
                 "series_id": sid, "published": True, "model": fc.model, "status": fc.status,
                 "reason": fc.reason, "retrained": sid in due, "capacity_problems": problems,

@@ -32,7 +32,7 @@ def write_summary(rows: Sequence[dict], path: Path) -> None:
 
 
 def write_forecast_errors(rows: Sequence[dict], path: Path) -> None:
-    cols = ["series_id", "model", "mae_h1", "mae_persistence_h1", "skill_h1", "refits"]
+    cols = ["series_id", "models", "fits", "median_headroom", "persistence_days", "mae_h1", "mae_persistence_h1", "skill_h1"]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
@@ -157,9 +157,9 @@ def write_report(path: Path, rows: Sequence[dict], figures: Sequence[tuple[str, 
         parts.append(f"<tr>{cells}</tr>")
     parts.append("</table>")
     if errors:
-        parts.append("<h2>Forecast error (5 minutes ahead, over the replay)</h2><table><tr><th>series</th><th>model</th><th>MAE</th><th>MAE persistence</th><th>skill</th></tr>")
+        parts.append("<h2>Forecast error (5 minutes ahead, over the replay)</h2><table><tr><th>series</th><th>models chosen (fits)</th><th>median headroom</th><th>MAE</th><th>MAE persistence</th><th>skill</th></tr>")
         for e in errors:
-            parts.append(f"<tr><td style='text-align:left'>{html.escape(e['series_id'])}</td><td>{html.escape(str(e['model']))}</td><td>{e['mae_h1']:.3f}</td><td>{e['mae_persistence_h1']:.3f}</td><td>{e['skill_h1']:.2f}</td></tr>")
+            parts.append(f"<tr><td style='text-align:left'>{html.escape(e['series_id'])}</td><td>{html.escape(', '.join(f'{k} {v}' for k, v in e['models'].items()))}</td><td>{e['median_headroom']:.2f}</td><td>{e['mae_h1']:.3f}</td><td>{e['mae_persistence_h1']:.3f}</td><td>{e['skill_h1']:.2f}</td></tr>")
         parts.append("</table>")
     for title, b64 in figures:
         parts.append(f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' src='data:image/png;base64,{b64}'>")

@@ -17,7 +17,7 @@ SID = "azurev1-737498"
 def test_replay_writes_the_summary_columns_and_a_report_with_plots(tmp_path, capsys):
     out = tmp_path / "out"
     rc = main([
-        "replay", "--data", str(DATA), "--series", SID, "--model", "moving_average",
+        "replay", "--data", str(DATA), "--series", SID, "--models", "moving_average",
         "--train-days", "4", "--replay-days", "1", "--startup-s", "60", "--delay-s", "90",
         "--target", "0.7", "--out", str(out),
     ])
@@ -55,8 +55,47 @@ def test_replay_says_which_flag_fixes_a_too_short_trace(tmp_path, capsys):
     assert "--train-days" in capsys.readouterr().err
 
 
-def test_replay_names_the_flag_and_the_fix_for_an_unknown_headroom_source(tmp_path, capsys):
-    rc = main(["replay", "--data", str(DATA), "--series", SID, "--headroom-sources", "model,crystal-ball", "--out", str(tmp_path)])
+def test_replay_names_the_flag_and_the_fix_for_a_bad_override(tmp_path, capsys):
+    rc = main(["replay", "--data", str(DATA), "--series", SID, "--violation-cost-pods", "-3", "--out", str(tmp_path)])
+    assert rc == 2
+    assert "--violation-cost-pods" in capsys.readouterr().err
+    rc = main(["replay", "--data", str(DATA), "--series", SID, "--models", "crystal-ball", "--out", str(tmp_path)])
     assert rc == 2
     err = capsys.readouterr().err
-    assert "--headroom-sources" in err and "model or persistence" in err
+    assert "--models" in err and "crystal-ball" in err
+
+
+def test_replay_without_tuning_flags_runs_a_default_deployments_trainer_and_serving_settings():
+    import argparse
+
+    from forecaster.config import parse_config
+    from replay import cli
+
+    p = argparse.ArgumentParser()
+    cli.register(p.add_subparsers())
+    args = p.parse_args(["replay", "--data", str(DATA), "--out", "x"])
+    cfg = cli._config(args)
+    deployed = parse_config({"workloads": [{"namespace": "shop", "name": "checkout"}]})
+    assert cfg.pipeline.training == deployed.training
+    assert cfg.pipeline.serving == deployed.serving
+    assert cfg.pipeline.history_days == deployed.source.history_days
+    # the adapter side: the replay serves with foresight serve's defaults
+    from adapter.metrics import MetricSettings
+
+    assert cfg.lead_seconds == MetricSettings().lead_seconds
+
+
+def test_replay_takes_training_and_serving_from_a_workload_config(tmp_path):
+    import argparse
+
+    from replay import cli
+
+    conf = tmp_path / "w.yaml"
+    conf.write_text("training: {models: [ar], quantiles: [0.5, 0.75]}\n"
+                    "serving: {violation_cost_pods: 20, quantiles: [p75]}\n"
+                    "workloads: [{namespace: a, name: b}]\n")
+    p = argparse.ArgumentParser()
+    cli.register(p.add_subparsers())
+    cfg = cli._config(p.parse_args(["replay", "--data", str(DATA), "--out", "x", "--config", str(conf)]))
+    assert cfg.pipeline.training.models == ("ar",)
+    assert cfg.pipeline.serving.violation_cost_pods == 20 and cfg.pipeline.serving.quantiles == ("p75",)

@@ -1,0 +1,262 @@
+"""The serving policy: how much headroom a workload's forecast is served with, and from what.
+
+The trainer *chooses* a policy per workload at every fit, walk-forward from the workload's own
+recent history (:func:`choose_policy`); it is *published* with every forecast
+(``Forecast.policy``, a plain versioned mapping); it is *applied* only in
+``adapter/metrics.py``. The replay runs the same trainer, so what it measures is what ships.
+
+A policy is (source, quantile, headroom m):
+- source ``model``: the forecast's quantile path; ``persistence``: a flat path at the last
+  observed value (on days when the model does not pay for itself);
+- the adapter serves m x max(prediction, observed): headroom proportional to the served
+  value, like a reactive HPA retuned to target / m, but only where the load is predicted.
+  m >= 1 by default, so the served value is never below what is observed: a forecast can
+  delay a scale-down, never cause an under-scale relative to a reactive HPA at the same target.
+
+The choice minimises, over the last ``history_days`` of pseudo-out-of-sample one-step
+forecasts, sum(pods) + violation_cost_pods x sum(violations), where pods = the replicas the
+HPA would ask for at ``target_value`` and a violation is the next sample above
+``slo_utilization`` of that capacity. ``violation_cost_pods`` is the one number a user tunes:
+what one 5-minute SLO violation is worth in pod-intervals.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["POLICY_VERSION", "ServingPolicy", "ServingSettings", "choose_policy", "DEFAULT_HEADROOMS"]
+
+POLICY_VERSION = 1
+SOURCES = ("model", "persistence")
+DEFAULT_HEADROOMS = (1.0, 1.05, 1.1, 1.15, 1.2, 1.27, 1.33, 1.4, 1.5, 1.6, 1.75, 2.0, 2.5)
+
+
+@dataclass(frozen=True)
+class ServingSettings:
+    """How the trainer chooses a workload's serving policy (the ``serving:`` config section).
+
+    violation_cost_pods: what one SLO violation (one sample interval over ``slo_utilization``)
+        is worth in pod-intervals; higher buys fewer violations with more pods.
+    quantiles: the published quantiles the policy may serve (each must be published).
+    sources: ``model`` and/or ``persistence``.
+    headrooms: the candidate multipliers m; values below 1 serve below observed demand (a
+        calm-day discount) and are refused unless ``allow_below_observed`` is true.
+    target_value: the HPA's target Value the pods are counted at (0.7 in the example HPA).
+    slo_utilization: utilization above which an interval counts as a violation.
+    history_days: how much recent history the choice looks at (at most the validation tail
+        the selection held out, so every forecast it scores is out of sample).
+    """
+
+    violation_cost_pods: float = 75.0
+    quantiles: tuple[str, ...] = ("p50", "p90")
+    sources: tuple[str, ...] = SOURCES
+    headrooms: tuple[float, ...] = DEFAULT_HEADROOMS
+    target_value: float = 0.7
+    slo_utilization: float = 0.9
+    history_days: float = 2.0
+    allow_below_observed: bool = False
+
+    def problems(self, path: str = "serving", published: Sequence[str] | None = None) -> list[str]:
+        """Every problem with its path (empty when valid)."""
+        out = []
+
+        def bad(key: str, msg: str) -> None:
+            out.append(f"{path}.{key}: {msg}")
+
+        if not _num(self.violation_cost_pods) or self.violation_cost_pods < 0:
+            bad("violation_cost_pods", f"{self.violation_cost_pods!r} must be a number >= 0 (e.g. 75)")
+        if not self.quantiles:
+            bad("quantiles", "must list at least one quantile key such as p50")
+        for i, q in enumerate(self.quantiles):
+            if not isinstance(q, str) or not (q == "mean" or (q.startswith("p") and _pct(q))):
+                bad(f"quantiles[{i}]", f"{q!r} must be 'mean' or a key like p50 or p90")
+            elif published is not None and q != "mean" and q not in published:
+                bad(f"quantiles[{i}]", f"{q!r} is not published; add it to training.quantiles (published: {', '.join(published)})")
+        if not self.sources:
+            bad("sources", f"must list at least one of {', '.join(SOURCES)}")
+        for i, s in enumerate(self.sources):
+            if s not in SOURCES:
+                bad(f"sources[{i}]", f"{s!r} must be one of {', '.join(SOURCES)}")
+        if not self.headrooms:
+            bad("headrooms", "must list at least one multiplier such as 1.0")
+        for i, m in enumerate(self.headrooms):
+            if not _num(m) or not 0 < m <= 10:
+                bad(f"headrooms[{i}]", f"{m!r} must be a number in (0, 10]")
+            elif m < 1 and not self.allow_below_observed:
+                bad(f"headrooms[{i}]", f"{m!r} is below 1: it serves less than the observed demand; "
+                    "set allow_below_observed: true to accept that under-scale risk")
+        if not _num(self.target_value) or not 0 < self.target_value <= 10:
+            bad("target_value", f"{self.target_value!r} must be a number in (0, 10] (the HPA's target Value, e.g. 0.7)")
+        if not _num(self.slo_utilization) or not 0 < self.slo_utilization <= 10:
+            bad("slo_utilization", f"{self.slo_utilization!r} must be a number in (0, 10] (e.g. 0.9)")
+        if not _num(self.history_days) or self.history_days <= 0:
+            bad("history_days", f"{self.history_days!r} must be a number > 0 (e.g. 2)")
+        return out
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _pct(q: str) -> bool:
+    try:
+        return 0 < float(q[1:]) < 100
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class ServingPolicy:
+    """What the adapter applies to one workload's forecast (see the module doc).
+
+    ``fallback_headroom`` is the best m for the persistence source: it applies whenever the
+    model is not served (the series is on its fallback), so a drifted model degrades to a
+    reactive HPA with this workload's own headroom, never below observed demand.
+    """
+
+    source: str = "model"
+    quantile: str = "p90"
+    headroom: float = 1.0
+    fallback_headroom: float = 1.0
+    version: int = POLICY_VERSION
+    chosen_at: float | None = None
+    reason: str = "default policy: no choice made yet"
+    costs: Mapping[str, float] = field(default_factory=dict)  # candidate label -> cost, for people
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version, "source": self.source, "quantile": self.quantile,
+            "headroom": self.headroom, "fallback_headroom": self.fallback_headroom,
+            "chosen_at": self.chosen_at, "reason": self.reason, "costs": dict(self.costs),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> "ServingPolicy | None":
+        """The policy a forecast carries; None when absent. A policy of an unknown version or
+        with invalid values raises ValueError (the reader serves the observed value then)."""
+        if not d:
+            return None
+        if d.get("version") != POLICY_VERSION:
+            raise ValueError(f"serving policy version {d.get('version')!r} is not {POLICY_VERSION}")
+        src, q = d.get("source"), d.get("quantile")
+        m, fm = d.get("headroom"), d.get("fallback_headroom", 1.0)
+        if src not in SOURCES or not isinstance(q, str) or not _num(m) or not _num(fm) or m <= 0 or fm <= 0:
+            raise ValueError(f"invalid serving policy {dict(d)!r}")
+        costs = d.get("costs") or {}
+        return cls(src, q, float(m), float(fm), POLICY_VERSION, d.get("chosen_at"), str(d.get("reason", "")),
+                   {str(k): float(v) for k, v in costs.items()} if isinstance(costs, Mapping) else {})
+
+
+def choose_policy(
+    actual_next: np.ndarray,
+    last: np.ndarray,
+    first_points: Mapping[str, np.ndarray],
+    capacity_per_pod: float,
+    settings: ServingSettings,
+    chosen_at: float | None = None,
+) -> ServingPolicy:
+    """Pick the cheapest (source, quantile, m) over past origins.
+
+    actual_next[i]: the sample that followed origin i; last[i]: the sample at origin i;
+    first_points[q][i]: the model's one-step quantile q forecast made at origin i;
+    capacity_per_pod: demand one pod can carry (CPU request in cores for CPU demand).
+    """
+    actual_next = np.asarray(actual_next, dtype="float64")
+    last = np.asarray(last, dtype="float64")
+    ok = np.isfinite(actual_next) & np.isfinite(last)
+    for v in first_points.values():
+        ok &= np.isfinite(np.asarray(v, dtype="float64"))
+    n = int(ok.sum())
+    if n < 12 or not capacity_per_pod > 0:
+        why = f"only {n} scored intervals (< 12)" if n < 12 else "no capacity per pod known"
+        return ServingPolicy(source="model", quantile=settings.quantiles[-1], chosen_at=chosen_at,
+                             reason=f"default ({why}): {settings.quantiles[-1]} forecast, no headroom")
+    a, lv = actual_next[ok], last[ok]
+    unit = settings.target_value * capacity_per_pod
+    limit = settings.slo_utilization * capacity_per_pod
+    lam = float(settings.violation_cost_pods)
+    grid = np.asarray(sorted(settings.headrooms), dtype="float64")
+    cands: list[tuple[str, str, float, float, int, float]] = []  # source, q, m, cost, violations, pods
+    bases = []  # the model first: on a tie the forecast is served
+    if "model" in settings.sources:
+        bases += [("model", q, np.maximum(np.asarray(first_points[q], dtype="float64")[ok], lv))
+                  for q in settings.quantiles if q in first_points]
+    if "persistence" in settings.sources:
+        bases.append(("persistence", "-", lv))
+    for src, q, base in bases:
+        pods = np.maximum(np.ceil(grid[:, None] * base[None, :] / unit - 1e-9), 1.0)
+        viol = (a[None, :] > limit * pods).sum(axis=1)
+        cost = pods.sum(axis=1) + lam * viol
+        for m, c, v, p in zip(grid, cost, viol, pods.sum(axis=1)):
+            cands.append((src, q, float(m), float(c), int(v), float(p)))
+    best = min(cands, key=lambda c: (c[3], c[2]))
+    persist = [c for c in cands if c[0] == "persistence"]
+    fb = min(persist, key=lambda c: (c[3], c[2]))[2] if persist else best[2]
+    src, q, m, cost, viol, pods = best
+    label = "persistence" if src == "persistence" else q
+    others = sorted(cands, key=lambda c: c[3])
+    runner = next((c for c in others if (c[0], c[1]) != (src, q)), None)
+    reason = (f"over the last {n} intervals, {label} x{m:g} cost {pods:.0f} pod-intervals + {viol} violations "
+              f"x {lam:g} = {cost:.0f}, the lowest of {len(cands)} candidates")
+    if runner is not None:
+        rl = "persistence" if runner[0] == "persistence" else runner[1]
+        reason += f" (best other source: {rl} x{runner[2]:g} = {runner[3]:.0f})"
+    costs = {}
+    for s_, q_, m_, c_, _, _ in cands:
+        k = ("persistence" if s_ == "persistence" else q_)
+        costs[k] = min(costs.get(k, math.inf), c_)
+    return ServingPolicy(source=src, quantile=settings.quantiles[-1] if src == "persistence" else q, headroom=m,
+                         fallback_headroom=fb, chosen_at=chosen_at, reason=reason, costs=costs)
+
+
+def policy_from_model(
+    model,
+    y_raw: np.ndarray,
+    capacity_per_pod: float | None,
+    settings: ServingSettings,
+    season: int,
+    chosen_at: float | None = None,
+    tail: tuple[np.ndarray, np.ndarray] | None = None,
+) -> ServingPolicy:
+    """Choose the policy from one-step forecasts of the fitted ``model`` over the last
+    ``settings.history_days`` of ``y_raw``.
+
+    ``tail`` = (origins, 1-step means) the selection kept from its validation tail (parameters
+    fitted without it: out of sample; ``Selection.tail_origins/tail_means``). Without it the
+    model scores the window itself with its parameters fixed (``rolling_means``). Quantile
+    paths are the model's published ones: the point forecast plus the calibrated offsets.
+    """
+    from forecaster.models.base import clean_history
+
+    raw = np.asarray(y_raw, dtype="float64")
+    finite = np.isfinite(raw)
+    if not finite.any():
+        return ServingPolicy(chosen_at=chosen_at, reason="default: no finite history to choose from")
+    raw = raw[int(np.argmax(finite)):]
+    n = len(raw)
+    span = int(settings.history_days * season)
+    if capacity_per_pod is None:
+        return choose_policy(np.zeros(0), np.zeros(0), {}, 0.0, settings, chosen_at)
+    if tail is not None and tail[0] is not None and len(tail[0]):
+        origins, mean = np.asarray(tail[0], dtype=int), np.asarray(tail[1], dtype="float64")
+        keep = origins >= n - 1 - span
+        origins, mean = origins[keep], mean[keep]
+    else:
+        origins = np.arange(max(0, n - 1 - span), n - 1)
+        try:
+            mean = np.asarray(model.rolling_means(clean_history(raw), origins, 1), dtype="float64")[:, 0]
+        except Exception as exc:  # noqa: BLE001 - a model that cannot backtest gets the default
+            return ServingPolicy(chosen_at=chosen_at, reason=f"default: {getattr(model, 'name', 'model')} could not be scored ({exc})")
+        bias = getattr(model, "bias_", None)
+        if bias is not None and len(bias) and np.isfinite(bias[0]):
+            mean = mean + float(bias[0])
+    offsets = getattr(model, "offsets_", None) or {}
+    firsts = {}
+    for q in settings.quantiles:
+        off = 0.0 if q == "mean" or q not in offsets else float(np.asarray(offsets[q])[0])
+        firsts[q] = np.maximum(mean + (off if np.isfinite(off) else 0.0), 0.0)
+    return choose_policy(raw[origins + 1], raw[origins], firsts, float(capacity_per_pod), settings, chosen_at)

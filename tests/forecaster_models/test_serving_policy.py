@@ -1,0 +1,126 @@
+"""The serving policy: chosen by the trainer from the workload's own history, published with
+every forecast, validated with paths, and applied by the adapter's one rule."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from adapter.metrics import MetricSettings, served_cores, served_load_ratio
+from forecaster.config import parse_config
+from forecaster.errors import ConfigError
+from forecaster.serving import ServingPolicy, ServingSettings, choose_policy
+from forecaster.store import Forecast, MemoryForecastStore, make_forecast
+from forecaster.training import Trainer
+
+T0 = 1_700_000_000.0
+
+
+def _bursty(n=6 * 288, seed=4, p=0.12):
+    rng = np.random.default_rng(seed)
+    ts = T0 + np.arange(n) * 300.0
+    v = 10 + rng.normal(0, 0.3, n) + 8 * (rng.random(n) < p)  # unforeseeable bursts
+    return ts, v
+
+
+def test_a_calm_series_gets_no_headroom_and_a_bursty_one_pays_for_headroom():
+    n = 600
+    last = np.full(n, 10.0)
+    calm = choose_policy(np.full(n, 10.0), last, {"p50": last.copy()}, 1.0, ServingSettings())
+    assert calm.headroom == 1.0
+    rng = np.random.default_rng(0)
+    bursts = 10 + 6 * (rng.random(n) < 0.1)
+    pol = choose_policy(bursts, last, {"p50": last.copy()}, 1.0, ServingSettings(violation_cost_pods=200))
+    assert pol.headroom >= 1.2  # ceil(12 / 0.7) = 18 pods carry the 16-core bursts at 90%
+    assert "violations" in pol.reason and pol.costs
+    cheap = choose_policy(bursts, last, {"p50": last.copy()}, 1.0, ServingSettings(violation_cost_pods=0))
+    assert cheap.headroom == 1.0  # violations worth nothing: the fewest pods win
+
+
+def test_a_model_that_sees_the_rises_coming_beats_persistence_in_the_choice():
+    n = 600
+    actual = 10 + 8 * (np.arange(n) % 12 == 0)  # a rise every hour, on the hour
+    last = np.roll(actual, 1)
+    oracle_q = actual.astype(float)  # a model that forecasts the rise
+    pol = choose_policy(actual, last, {"p90": oracle_q}, 1.0, ServingSettings(quantiles=("p90",)))
+    assert pol.source == "model" and pol.quantile == "p90" and pol.headroom == 1.0
+    # the fallback headroom is persistence's own best: it must cover the unforeseen rise
+    assert pol.fallback_headroom > 1.0
+
+
+def test_too_little_history_or_no_capacity_gives_the_documented_default():
+    pol = choose_policy(np.ones(5), np.ones(5), {"p90": np.ones(5)}, 1.0, ServingSettings())
+    assert pol.headroom == 1.0 and pol.source == "model" and "default" in pol.reason
+    pol = choose_policy(np.ones(50), np.ones(50), {"p90": np.ones(50)}, 0.0, ServingSettings())
+    assert "no capacity" in pol.reason
+
+
+def test_the_trainer_chooses_and_publishes_a_versioned_policy_and_shows_why():
+    ts, v = _bursty()
+    store = MemoryForecastStore()
+    tr = Trainer(store, models=("ar",), serving=ServingSettings(violation_cost_pods=150))
+    tr.fit("a/b", ts, v, now=ts[-1], capacity_per_pod=1.0)
+    fc = tr.refresh("a/b", ts, v, now=ts[-1] + 90)
+    assert fc.policy["version"] == 1 and fc.policy["headroom"] >= 1.1
+    assert tr.status("a/b")["policy"] == fc.policy
+    back = Forecast.from_json(fc.to_json())  # what Redis readers get
+    assert back.policy == fc.policy
+    assert ServingPolicy.from_dict(back.policy).reason == fc.policy["reason"]
+
+
+def test_the_serving_config_is_validated_whole_with_paths():
+    with pytest.raises(ConfigError) as e:
+        parse_config({
+            "training": {"quantiles": [0.5, 0.9]},
+            "serving": {"violation_cost_pods": -1, "quantiles": ["p75"], "headrooms": [0.9, 1.2], "sources": ["psychic"], "oops": 1},
+            "workloads": [{"namespace": "a", "name": "b"}],
+        })
+    msg = str(e.value)
+    for path in ("serving.violation_cost_pods", "serving.quantiles[0]", "serving.headrooms[0]", "serving.sources[0]", "serving.oops"):
+        assert path in msg
+    assert "training.quantiles" in msg  # the fix for an unpublished quantile
+    assert "allow_below_observed" in msg  # the fix for a discount below observed
+    ok = parse_config({"serving": {"headrooms": [0.95, 1.0], "allow_below_observed": True},
+                       "workloads": [{"namespace": "a", "name": "b"}]})
+    assert ok.serving.headrooms == (0.95, 1.0)
+
+
+def _fc(policy: dict | None, status="ok", q90=12.0, obs=10.0, generated=T0):
+    # origin 400 s ago: the lead window lies past the first knot, on the flat published path
+    return make_forecast("a/b", origin=T0 - 400, step_seconds=300, mean=[q90 - 2] * 12,
+                         quantiles={"p50": [q90 - 2] * 12, "p90": [q90] * 12}, model="ar", generated_at=generated,
+                         status=status, observed=((T0 - 400, obs),), policy=policy or {})
+
+
+def _pol(**kw) -> dict:
+    return ServingPolicy(**kw).to_dict()
+
+
+def test_the_adapter_applies_the_published_policy():
+    S = MetricSettings()
+    assert served_cores(_fc(None), T0, S).value == pytest.approx(12.0)  # no policy: p90 as before
+    assert served_cores(_fc(_pol(quantile="p50", headroom=1.5)), T0, S).value == pytest.approx(15.0)
+    sv = served_cores(_fc(_pol(source="persistence", headroom=1.2)), T0, S, observed=9.0)
+    assert sv.value == pytest.approx(12.0) and sv.headroom == 1.2  # 1.2 x max(last 10, observed 9)
+    fb = served_cores(_fc(_pol(headroom=1.5, fallback_headroom=1.3), status="fallback"), T0, S, observed=10.0)
+    assert fb.source == "observed" and fb.value == pytest.approx(13.0)
+    stale = served_cores(_fc(_pol(headroom=1.5), generated=T0 - 3600), T0, S, observed=10.0)
+    assert stale.value == pytest.approx(10.0) and "stale" in stale.reason  # degrade to plain reactive
+    bad = served_cores(_fc({"version": 99, "headroom": 3}), T0, S)
+    assert bad.value == pytest.approx(12.0) and "ignored" in bad.reason
+    r = served_load_ratio(_fc(_pol(quantile="p50", headroom=1.5)), T0, 3, 0.5, S)
+    assert r.value == pytest.approx(15.0 / 1.5) and r.headroom == 1.5
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_served_value_is_never_below_the_observed_demand(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(50):
+        pol = _pol(source=str(rng.choice(["model", "persistence"])), quantile=str(rng.choice(["p50", "p90"])),
+                   headroom=float(rng.choice([1.0, 1.1, 2.0])), fallback_headroom=float(rng.choice([1.0, 1.3])))
+        obs = float(rng.uniform(0, 50))
+        fc = _fc(pol, status=str(rng.choice(["ok", "fallback"])), q90=float(rng.uniform(0, 50)), obs=float(rng.uniform(0, 50)))
+        sv = served_cores(fc, T0 + float(rng.uniform(0, 200)), MetricSettings(), observed=obs)
+        assert sv.value >= obs - 1e-12 and math.isfinite(sv.value)
