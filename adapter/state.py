@@ -186,14 +186,17 @@ class ForecastCache:
     # --- bookkeeping --------------------------------------------------------------------
     def _ok(self, now: float) -> None:
         self._last_ok = now
+        if self._last_error is not None:
+            log.warning("store reachable again")
         self._last_error = None
 
     def _failed(self, exc: Exception) -> None:
+        # Logged once per outage (the refresher retries every second); counted every time.
+        (log.warning if self._last_error is None else log.debug)("store unavailable: %s", exc)
         self._last_error = str(exc)
         self._down_until = self.clock() + min(1.0, self.settings.ttl_seconds)
         if self._on_store_error:
             self._on_store_error(exc)
-        log.warning("store unavailable: %s", exc)
 
     def _put_labels(self, sid: str, labels: dict[str, str]) -> None:
         ns, _, name = sid.partition("/")

@@ -12,7 +12,8 @@ from kubernetes import client as k8s
 from adapter.cli import parse_allowed_names
 
 ROOT = Path(__file__).resolve().parents[2]
-FILES = sorted((ROOT / "manifests" / "adapter").glob("*.yaml")) + [ROOT / "manifests" / "hpa-example.yaml"]
+FILES = (sorted((ROOT / "manifests" / "adapter").glob("*.yaml")) + [ROOT / "manifests" / "hpa-example.yaml"]
+         + [ROOT / "manifests" / "forecaster" / "trainer.yaml"])
 TYPES = {
     ("v1", "Namespace"): "V1Namespace",
     ("v1", "ServiceAccount"): "V1ServiceAccount",
@@ -26,6 +27,7 @@ TYPES = {
     ("rbac.authorization.k8s.io/v1", "Role"): "V1Role",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "V1RoleBinding",
     ("autoscaling/v2", "HorizontalPodAutoscaler"): "V2HorizontalPodAutoscaler",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "V1NetworkPolicy",
 }
 
 
@@ -110,9 +112,15 @@ def test_rbac_grants_auth_delegation_the_auth_reader_and_hpa_access():
     assert hpa and hpa[0]["roleRef"]["name"] in {r["metadata"]["name"] for r in BY_KIND["ClusterRole"]}
 
 
+def test_the_example_hpa_keeps_a_reactive_cpu_floor_beside_the_prediction():
+    (hpa,) = BY_KIND["HorizontalPodAutoscaler"]
+    (cpu,) = [m for m in hpa["spec"]["metrics"] if m["type"] == "Resource"]
+    assert cpu["resource"] == {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}
+
+
 def test_the_example_hpa_uses_the_predicted_ratio_at_0_7_with_a_300_s_scale_down_window():
     (hpa,) = BY_KIND["HorizontalPodAutoscaler"]
-    m = hpa["spec"]["metrics"][0]
+    (m,) = [m for m in hpa["spec"]["metrics"] if m["type"] == "External"]
     assert m["type"] == "External"
     assert m["external"]["metric"]["name"] == "predicted_cpu_load_ratio"
     assert m["external"]["target"] == {"type": "Value", "value": "700m"}
@@ -141,3 +149,91 @@ def test_the_check_catches_a_misspelled_field_and_a_missing_required_one():
     with pytest.raises(Exception, match="selector"):
         api.deserialize(json.dumps({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"},
                                     "spec": {"template": {}}}), "V1Deployment", "application/json")
+
+
+def _pod_specs():
+    return [(d["metadata"]["name"], d["spec"]["template"]["spec"]) for d in BY_KIND["Deployment"]]
+
+
+@pytest.mark.parametrize("name, pod", _pod_specs(), ids=[n for n, _ in _pod_specs()])
+def test_every_workload_meets_the_restricted_pod_security_standard(name, pod):
+    """The checks of Pod Security Admission's "restricted" profile that a manifest decides."""
+    psc = pod.get("securityContext") or {}
+    assert psc.get("runAsNonRoot") is True, f"{name}: runAsNonRoot"
+    assert (psc.get("seccompProfile") or {}).get("type") == "RuntimeDefault", f"{name}: seccompProfile"
+    assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC")
+    assert not any("hostPath" in v for v in pod.get("volumes", []))
+    for c in pod.get("initContainers", []) + pod["containers"]:
+        sc = c.get("securityContext") or {}
+        where = f"{name}/{c['name']}"
+        assert sc.get("allowPrivilegeEscalation") is False, where
+        assert sc.get("capabilities", {}).get("drop") == ["ALL"], where
+        assert not sc.get("capabilities", {}).get("add"), where
+        assert not sc.get("privileged"), where
+        assert sc.get("runAsUser", psc.get("runAsUser", 1)) != 0, where
+        assert sc.get("readOnlyRootFilesystem") is True, where  # beyond restricted: nothing writes the image
+
+
+def test_network_policies_admit_only_foresight_to_redis_and_select_the_right_pods():
+    pols = {p["metadata"]["name"]: p for p in BY_KIND["NetworkPolicy"]}
+    (redis,) = [d for d in BY_KIND["Deployment"] if d["metadata"]["name"] == "foresight-redis"]
+    (adapter,) = [d for d in BY_KIND["Deployment"] if d["metadata"]["name"] == "foresight-adapter"]
+    assert pols["foresight-redis"]["spec"]["podSelector"]["matchLabels"].items() <= redis["spec"]["template"]["metadata"]["labels"].items()
+    assert pols["foresight-adapter"]["spec"]["podSelector"]["matchLabels"].items() <= adapter["spec"]["template"]["metadata"]["labels"].items()
+    (rule,) = pols["foresight-redis"]["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 6379}]
+    (peer,) = rule["from"]
+    assert set(peer) == {"podSelector"}  # same namespace only, no ipBlock, no other namespace
+    exprs = {e["key"]: set(e["values"]) for e in peer["podSelector"]["matchExpressions"]}
+    assert exprs == {"app.kubernetes.io/name": {"foresight"},
+                     "app.kubernetes.io/component": {"adapter", "trainer", "warmpool"}}
+    ports = {p["port"] for r in pols["foresight-adapter"]["spec"]["ingress"] for p in r["ports"]}
+    assert ports == {8443, 8444}
+
+
+def test_the_redis_acl_the_manifest_renders_lets_the_trainer_write_and_readers_only_read(tmp_path):
+    """The init container's script, run by a real shell, feeds a real redis-server."""
+    import subprocess
+
+    from forecaster.store import StorePermissionError, make_forecast, open_store
+    from tests import stack
+
+    if not stack.have("redis-server"):
+        pytest.skip("redis-server is not installed; run `make deps`")
+    (redis,) = [d for d in BY_KIND["Deployment"] if d["metadata"]["name"] == "foresight-redis"]
+    (init,) = redis["spec"]["template"]["spec"]["initContainers"]
+    script = init["command"][2].replace("/users/", f"{tmp_path}/users/").replace("/acl/", f"{tmp_path}/acl/")
+    (tmp_path / "users").mkdir()
+    (tmp_path / "acl").mkdir()
+    for user in ("trainer", "adapter", "warmpool"):
+        (tmp_path / "users" / user).write_text(f"{user}-pw-42")
+    subprocess.run(["/bin/sh", "-c", script], check=True)
+    port = stack.free_port()
+    (main,) = redis["spec"]["template"]["spec"]["containers"]
+    args = [a.replace("/acl/", f"{tmp_path}/acl/") for a in main["args"]]
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        stack._wait_port(port, "redis-server")
+        fc = make_forecast("shop/checkout", origin=0, step_seconds=60, mean=[1.0], model="naive")
+        url = "redis://{u}@127.0.0.1:%d/0?password_file=%s/users/{u}" % (port, tmp_path)
+        open_store(url.format(u="trainer")).publish(fc)
+        assert open_store(url.format(u="adapter")).latest("shop/checkout").generation == 1
+        for reader in ("adapter", "warmpool"):
+            with pytest.raises(StorePermissionError):
+                open_store(url.format(u=reader)).publish(fc)
+        with pytest.raises(Exception):
+            open_store(f"redis://127.0.0.1:{port}/0").latest("shop/checkout")  # the default user is off
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
+def test_the_trainer_config_names_its_redis_user_and_password_file():
+    (cm,) = [c for c in BY_KIND["ConfigMap"] if c["metadata"]["name"] == "foresight-workloads"]
+    cfg = yaml.safe_load(cm["data"]["workloads.yaml"])
+    assert cfg["store"]["url"].startswith("redis://trainer@")
+    assert "password_file=/var/run/secrets/redis/password" in cfg["store"]["url"]
+    (trainer,) = [d for d in BY_KIND["Deployment"] if d["metadata"]["name"] == "foresight-trainer"]
+    mounts = {m["mountPath"] for m in trainer["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]}
+    assert "/var/run/secrets/redis" in mounts
