@@ -281,6 +281,9 @@ class AdapterCore:
             "stale": (now - fc.generated_at > self.settings.metric.max_forecast_age_seconds) if fc else None,
             "fallback_reason": (fc.reason or None) if fc else (
                 "the forecast store is unreachable" if store_down else "no forecast published"),
+            # the serving policy the trainer chose for this workload, with why (applied by
+            # adapter/metrics.py to every served value below)
+            "serving_policy": dict(fc.policy) if fc and fc.policy else None,
             "served": {},
         }
         for metric in METRICS:
@@ -293,6 +296,7 @@ class AdapterCore:
                     "reason": sv.reason,
                     "predicted_cores": sv.predicted,
                     "observed_cores": sv.observed,
+                    "headroom": sv.headroom,
                 }
             except NoData as exc:
                 row["served"][metric] = {"value": None, "source": "none", "reason": str(exc)}

@@ -113,6 +113,11 @@ def render_dashboard(
                 f'<span class="badge {"ok" if sv.get("source") == "forecast" else "fallback"}">{e(str(sv.get("source")))}</span>'
                 f'<div class="why">{e(str(sv.get("reason", "")))}</div></div>'
             )
+        pol = row.get("serving_policy")
+        if pol:
+            what = "persistence" if pol.get("source") == "persistence" else pol.get("quantile")
+            lines.append(f'<div class="kv policy"><b>serving policy</b> {e(str(what))} x{pol.get("headroom", 1):g} '
+                         f'(fallback x{pol.get("fallback_headroom", 1):g})<div class="why">{e(str(pol.get("reason", "")))}</div></div>')
         age = "—" if row["age_seconds"] is None else f"{row['age_seconds']:.0f} s"
         err = "—" if row["backtest_error"] is None else f"{row['backtest_error']:.3g}"
         cards.append(
