@@ -11,9 +11,11 @@ workload's demand history (and capacity) through the source, retrain what is due
 publish every forecast. ``run_schedule`` is the thin runner around it.
 
 Fallback rules (the series' status says which applied): persistence when the history is
-shorter than 2 days, when every candidate fails, when a model's forecast is not finite, or
-when the live error of the chosen model drifts above ``drift_ratio`` x its backtest error
-(then a retrain is scheduled at the next step).
+shorter than 2 days, when every candidate fails, when a model's forecast is not finite, when
+the live error of the chosen model drifts above ``drift_ratio`` x its backtest error (a regime
+change: a retrain is scheduled at the next step), or while the model's live one-step error
+is above ``live_skill.ratio`` x persistence's on the same points (``forecaster.drift``; the
+model is still scored, and served again once it recovers).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from forecaster.drift import DriftSettings, LiveSkill
 from forecaster.models import Model, ModelError, get_model
 from forecaster.models.base import clean_history
 from forecaster.models.base import season_length
@@ -70,7 +73,8 @@ class SeriesState:
     reason: str = ""
     scores: dict[str, float] = field(default_factory=dict)
     live_ratios: deque = field(default_factory=lambda: deque(maxlen=96))
-    last_forecast: tuple[float, float, np.ndarray] | None = None  # origin, step, mean
+    last_forecast: tuple[float, float, np.ndarray, float] | None = None  # origin, step, model mean, value at origin
+    skill: LiveSkill = field(default_factory=LiveSkill)  # live error vs persistence's at h=1
     needs_retrain: bool = False
     drifted: bool = False
     refreshed_at: float | None = None
@@ -99,6 +103,7 @@ class Trainer:
         observed_points: int = 12,
         prototypes: Mapping[str, Model] | None = None,
         serving: ServingSettings | None = None,
+        live_skill: DriftSettings | None = None,
     ) -> None:
         if horizon < 1:
             raise ModelError(f"horizon must be >= 1 (got {horizon})")
@@ -115,6 +120,7 @@ class Trainer:
         self.observed_points = int(observed_points)
         self.prototypes: dict[str, Model] = dict(prototypes or {})
         self.serving = serving or ServingSettings()
+        self.live_skill = live_skill or DriftSettings()
         self._states: dict[str, SeriesState] = {}
 
     # --- heavy -----------------------------------------------------------------------------
@@ -175,6 +181,7 @@ class Trainer:
                 reason=sel.reason,
                 scores=sel.scores,
             )
+        st.skill = LiveSkill(self.live_skill, st.model_name)
         tail = (sel.tail_origins, sel.tail_means) if sel is not None else None
         st.policy = policy_from_model(st.model, vals, capacity_per_pod, self.serving, season_length(ts), chosen_at=now, tail=tail)
         self._states[series_id] = st
@@ -215,22 +222,24 @@ class Trainer:
         y = clean_history(vals)
         self._track_live_error(st, ts[finite], vals[finite])
 
-        model, name, status, reason = st.model, st.model_name, st.status, st.reason
-        if st.drifted:
-            model = get_model("persistence")
-            name, status = "persistence", "fallback"
-            reason = (f"live error of {st.model_name} is {st.live_error_ratio():.2f}x its backtest error "
-                      f"(limit {self.drift_ratio:g}x); using persistence until the retrain")
-        try:
-            model.update(y, ts_c)
-            pred = model.predict(self.horizon, self.quantiles)
-            ok = np.all(np.isfinite(pred.mean)) and all(np.all(np.isfinite(v)) for v in pred.quantiles.values())
-            if not ok:
+        name, status, reason = st.model_name, st.status, st.reason
+        try:  # the fitted model always forecasts: served, or scored live while on the fallback
+            st.model.update(y, ts_c)
+            pred = st.model.predict(self.horizon, self.quantiles)
+            if not (np.all(np.isfinite(pred.mean)) and all(np.all(np.isfinite(v)) for v in pred.quantiles.values())):
                 raise ModelError("non-finite forecast")
+            model_mean = np.asarray(pred.mean, dtype="float64")
+            why = None
         except Exception as exc:  # noqa: BLE001 - never publish garbage: fall back
-            model = get_model("persistence").fit(y, ts_c)
-            pred = model.predict(self.horizon, self.quantiles)
-            name, status, reason = "persistence", "fallback", f"{st.model_name} failed to forecast ({exc}); using persistence"
+            model_mean, why = None, f"{st.model_name} failed to forecast ({exc}); using persistence"
+        if why is None and st.drifted:
+            why = (f"live error of {st.model_name} is {st.live_error_ratio():.2f}x its backtest error "
+                   f"(limit {self.drift_ratio:g}x); using persistence until the retrain")
+        if why is None and st.skill.drifted:
+            why = st.skill.decision().reason
+        if why is not None:
+            pred = get_model("persistence").fit(y, ts_c).predict(self.horizon, self.quantiles)
+            name, status, reason = "persistence", "fallback", why
         origin = float(ts[-1])
         obs_idx = np.flatnonzero(finite)[-self.observed_points:]
         observed = tuple((float(ts[i]), float(vals[i])) for i in obs_idx)
@@ -249,7 +258,7 @@ class Trainer:
             meta=dict(meta or {}),
             policy=st.policy.to_dict(),
         )
-        st.last_forecast = (origin, step, np.asarray(pred.mean, dtype="float64"))
+        st.last_forecast = None if model_mean is None else (origin, step, model_mean, float(y[-1]))
         st.refreshed_at = now
         if publish and self.store is not None:
             self.store.publish(fc)
@@ -257,7 +266,7 @@ class Trainer:
 
     def _step(self, ts: np.ndarray) -> float:
         if len(ts) >= 2:
-            d = np.diff(ts)
+            d = np.diff(ts[-65:])  # the recent grid: a refresh must stay cheap for 10k series
             d = d[d > 0]
             if len(d):
                 return float(np.median(d))
@@ -267,11 +276,15 @@ class Trainer:
         """Compare the previous forecast with what was observed since; flag drift."""
         if st.last_forecast is None or st.status != "ok":
             return
-        origin, step, mean = st.last_forecast
+        origin, step, mean, at_origin = st.last_forecast
         k = np.rint((ts - origin) / step).astype(int)
         hit = (k >= 1) & (k <= len(mean)) & (np.abs(ts - (origin + k * step)) < step / 2)
         if not hit.any():
             return
+        for v in vals[hit & (k == 1)]:  # the serving horizon: the model vs the last value
+            was = st.skill.drifted
+            if st.skill.observe(v, mean[0], at_origin) and not was:
+                log.info("%s: %s", st.series_id, st.skill.decision().reason)
         mae = st.backtest_mae_by_h
         for kk, v in zip(k[hit], vals[hit]):
             ref = mae[kk - 1] if kk - 1 < len(mae) else np.nan
@@ -293,6 +306,8 @@ class Trainer:
         if st.drifted:
             status = "fallback"
             reason = f"live error {st.live_error_ratio():.2f}x backtest; retrain scheduled"
+        elif st.skill.drifted:
+            status, reason = "fallback", st.skill.decision().reason
         return {
             "series_id": series_id,
             "model": st.model_name,
@@ -302,6 +317,7 @@ class Trainer:
             "refreshed_at": st.refreshed_at,
             "backtest_error": st.backtest_error,
             "live_error_ratio": st.live_error_ratio(),
+            "live_error_vs_persistence": st.skill.ratio(),
             "needs_retrain": st.needs_retrain,
             "scores": dict(st.scores),
             "policy": st.policy.to_dict(),

@@ -143,3 +143,23 @@ def test_unknown_model_in_trainer_is_a_clear_error():
 
     with pytest.raises(ModelError, match="unknown model 'nope'"):
         Trainer(MemoryForecastStore(), models=("nope",))
+
+
+def test_a_model_that_loses_to_the_last_value_live_is_replaced_by_persistence_until_it_recovers(daily_series):
+    ts, y = daily_series
+    store = MemoryForecastStore()
+    # the backtest-ratio rule is switched off: this is the live check against persistence
+    tr = Trainer(store, models=("seasonal_naive",), drift_ratio=1e9, retrain_interval_seconds=1e9, clock=lambda: 0.0)
+    tr.fit("s", ts, y)
+    assert tr.refresh("s", ts, y).model == "seasonal_naive"
+    step = 300.0
+    level = float(np.nanmedian(y))
+    served = []
+    for i in range(1, 40):  # the series goes flat: yesterday's shape is wrong, the last value exact
+        ts = np.append(ts, ts[-1] + step)
+        y = np.append(y, level)
+        fc = tr.refresh("s", ts, y)
+        served.append(fc.model)
+    assert served[0] == "seasonal_naive" and served[-1] == "persistence"
+    assert "persistence's" in fc.reason and fc.status == "fallback"
+    assert tr.status("s")["live_error_vs_persistence"] > 1.5
