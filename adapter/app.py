@@ -19,13 +19,14 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from adapter.authz import Authenticator, Authorizer
+from adapter import openapi
 from adapter.core import AdapterCore
 from adapter.fallback import DemandReader, ObservedDirect
 from adapter.hotpath import HotPath
 from adapter.responses import status_body, status_response  # noqa: F401 - re-exported for callers
 from adapter.routes import dashboard, external_metrics, forecasts, health
 from adapter.settings import AdapterSettings, ObservedDirectSettings
-from forecaster.store import ForecastStore, StoreUnavailable
+from forecaster.store import ForecastStore, StoreError
 
 log = logging.getLogger("foresight.adapter")
 
@@ -46,9 +47,10 @@ def _exception_handlers(app: FastAPI) -> None:
         )
         return status_response(400, f"invalid request: {problems}")
 
-    @app.exception_handler(StoreUnavailable)
-    async def _down(_req: Request, exc: StoreUnavailable):
-        return status_response(503, "the forecast store is unavailable; try again shortly")
+    @app.exception_handler(StoreError)
+    async def _down(_req: Request, exc: StoreError):
+        log.warning("store error: %s", exc)
+        return status_response(503, "the forecast store could not be read; try again shortly")
 
     @app.exception_handler(Exception)
     async def _boom(_req: Request, exc: Exception):
@@ -113,6 +115,7 @@ def create_app(
 
     if scheduler_routes:
         _scheduler_routes(app, store, settings)
+    openapi.install(app)
     app.add_middleware(HotPath, core=core, authenticator=authenticator, authorizer=authorizer)
     return app
 
@@ -142,4 +145,5 @@ def create_scheduler_app(settings: AdapterSettings, store: ForecastStore) -> Fas
 
     if not _scheduler_routes(app, store, settings):
         raise RuntimeError("the scheduler extender (adapter.scheduler) is not installed")
+    openapi.install(app)
     return app

@@ -81,6 +81,8 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
         raise BadExtenderArgs(f"Pod must be a v1.Pod object or null, got {type(pod).__name__}")
     names = _get(doc, "NodeNames")
     nodes = _get(doc, "Nodes")
+    # Both are checked whenever present, as Go's decoder would, even if only one is used.
+    node_items = _node_items(nodes) if nodes is not None else None
     if names is not None:
         try:
             if not isinstance(names, list):
@@ -89,25 +91,30 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
         except TypeError:
             raise BadExtenderArgs("NodeNames must be a list of node-name strings (nodeCacheCapable mode)") from None
         return ExtenderArgs(pod=pod, node_names=names, node_items=None)
-    if nodes is not None:
-        if not isinstance(nodes, dict):
-            raise BadExtenderArgs(f"Nodes must be a v1.NodeList object {{items: [...]}}, got {type(nodes).__name__}")
-        items = _get(nodes, "items")
-        if items is None:
-            items = []
-        if not isinstance(items, list):
-            raise BadExtenderArgs("Nodes.items must be a list of v1.Node objects")
-        out_names: list[str] = []
-        for i, item in enumerate(items):
-            meta = _get(item, "metadata") if isinstance(item, dict) else None
-            name = _get(meta, "name") if isinstance(meta, dict) else None
-            if not isinstance(name, str) or not name:
-                raise BadExtenderArgs(f"Nodes.items[{i}].metadata.name must be a non-empty string")
-            out_names.append(name)
-        return ExtenderArgs(pod=pod, node_names=out_names, node_items=items)
+    if node_items is not None:
+        return ExtenderArgs(pod=pod, node_names=node_items[1], node_items=node_items[0])
     raise BadExtenderArgs(
         "ExtenderArgs has neither NodeNames (nodeCacheCapable: true) nor Nodes (nodeCacheCapable: false)"
     )
+
+
+def _node_items(nodes: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """(items, their names) of a v1.NodeList."""
+    if not isinstance(nodes, dict):
+        raise BadExtenderArgs(f"Nodes must be a v1.NodeList object {{items: [...]}}, got {type(nodes).__name__}")
+    items = _get(nodes, "items")
+    if items is None:
+        items = []
+    if not isinstance(items, list):
+        raise BadExtenderArgs("Nodes.items must be a list of v1.Node objects")
+    names: list[str] = []
+    for i, item in enumerate(items):
+        meta = _get(item, "metadata") if isinstance(item, dict) else None
+        name = _get(meta, "name") if isinstance(meta, dict) else None
+        if not isinstance(name, str) or not name:
+            raise BadExtenderArgs(f"Nodes.items[{i}].metadata.name must be a non-empty string")
+        names.append(name)
+    return items, names
 
 
 def filter_result(args: ExtenderArgs, passed: list[str], failed: Mapping[str, str]) -> bytes:

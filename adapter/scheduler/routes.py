@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
@@ -42,17 +42,33 @@ JSON = "application/json"
 OFFLOAD_BODY_BYTES = 512 * 1024  # above this, parse and answer in a worker thread
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
+_NODE_SCHEMA = {
+    "type": "object",
+    "description": "v1.Node; only metadata.name is read",
+    "required": ["metadata"],
+    "properties": {
+        "metadata": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string", "minLength": 1}}},
+    },
+}
 _ARGS_SCHEMA = {
     "type": "object",
     "description": (
-        "ExtenderArgs (k8s.io/kube-scheduler/extender/v1). Keys match case-insensitively like "
-        "Go's encoding/json: Pod|pod, Nodes|nodes, NodeNames|nodenames."
+        "ExtenderArgs (k8s.io/kube-scheduler/extender/v1): NodeNames when the extender is "
+        "nodeCacheCapable, Nodes otherwise; at least one of them is set. Keys also match "
+        "case-insensitively like Go's encoding/json: Pod|pod, Nodes|nodes, NodeNames|nodenames."
     ),
     "properties": {
         "Pod": {"type": ["object", "null"]},
-        "Nodes": {"type": ["object", "null"], "properties": {"items": {"type": "array", "items": {"type": "object"}}}},
+        "Nodes": {
+            "type": ["object", "null"],
+            "properties": {"items": {"type": ["array", "null"], "items": _NODE_SCHEMA}},
+        },
         "NodeNames": {"type": ["array", "null"], "items": {"type": "string"}},
     },
+    "anyOf": [
+        {"required": ["NodeNames"], "properties": {"NodeNames": {"type": "array"}}},
+        {"required": ["Nodes"], "properties": {"Nodes": {"type": "object"}}},
+    ],
 }
 _ERROR_SCHEMA = {"type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}
 
@@ -212,8 +228,16 @@ def register_scheduler_routes(app: FastAPI, store: ForecastStore, settings: Sche
     async def scheduler_prioritize(request: Request) -> Response:
         return await verb(request, ext.prioritize)
 
-    @app.get("/api/v1/placement", tags=["scheduler"], summary="Node and zone placement scores with reasons")
-    async def placement(namespace: str | None = None, node: str | None = None, zone: str | None = None) -> Response:
+    @app.get("/api/v1/placement", tags=["scheduler"], summary="Node and zone placement scores with reasons",
+             responses={400: {"description": "namespace is not a DNS-1123 label",
+                              "content": {JSON: {"schema": _ERROR_SCHEMA}}}})
+    async def placement(
+        # checked below (the answer names the field); the schema states the same rule
+        namespace: str | None = Query(None, description="lists this namespace's workloads (a DNS-1123 label)",
+                                      json_schema_extra={"maxLength": 63, "pattern": _DNS1123_LABEL.pattern}),
+        node: str | None = None,
+        zone: str | None = None,
+    ) -> Response:
         if namespace is not None and (len(namespace) > 63 or not _DNS1123_LABEL.match(namespace)):
             return JSONResponse(
                 {"error": f"namespace: {namespace!r} is not a valid namespace name (lower-case DNS-1123 label, at most 63 characters)"},
