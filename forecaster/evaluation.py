@@ -1,4 +1,4 @@
-"""Walk-forward backtest and forecast metrics, following ../shared/data/README.md:
+"""Walk-forward backtest and forecast metrics (the benchmark protocol of the public CPU traces):
 
 - evaluation window = the last ``eval_days`` (7) of each series; forecast origins every
   ``origin_every_hours`` (12) in it; at each origin every model sees at most the previous

@@ -170,13 +170,14 @@ class Forecasting:
             return
         now = time.time()
         data = {w.series_id: self.visible(w, now) for w in self.workloads}
+        caps = {w.series_id: w.cpu_request_cores for w in self.workloads}  # lets the serving policy count pods
         if hasattr(self.trainer, "fit_fleet") and any(m in ("lstm", "auto") for m in self.models):
             print(f"  training global models and selecting per series ({len(data)} workloads) ...", flush=True)
-            self.trainer.fit_fleet(data, now=now)
+            self.trainer.fit_fleet(data, now=now, capacities=caps)
             return
         for sid in tqdm(data, desc="fitting models", unit="workload", disable=not progress):
             ts, y = data[sid]
-            self.trainer.fit(sid, ts, y, now=now)
+            self.trainer.fit(sid, ts, y, now=now, capacity_per_pod=caps[sid])
 
     def refresh_all(self) -> list:
         import numpy as np

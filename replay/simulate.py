@@ -1,6 +1,6 @@
-"""Walk-forward replay of a real CPU trace through the HPA v2 controller (replay/hpa.py).
+"""Replay of a real CPU trace through the HPA v2 controller (replay/hpa.py).
 
-The simulated world (settings of ../shared/reference/replay-anchors.md unless configured):
+The simulated world (the settings of the published replay protocol the benchmark uses, unless configured):
 - Demand D(t) = k * value, linear between the 5-minute samples (gaps bridged linearly);
   k = pods_at_p99 * anchor_target / p99 of the replayed part, so the trace's p99 needs
   ``pods_at_p99`` pods of ``cpu_request_cores`` at ``anchor_target`` (20 pods at 70%).
