@@ -207,3 +207,41 @@ def test_a_stalled_prometheus_does_not_hold_a_request_longer_than_the_bounded_wa
     finally:
         os.kill(prometheus.proc.pid, signal.SIGCONT)
         srv.stop()
+
+
+class _Demand:
+    """A DemandReader standing in for Prometheus where the point is the adapter's rule."""
+
+    def __init__(self, cores):
+        self.cores = cores
+        self.reads = 0
+
+    def knows(self, sid):
+        return sid == "shop/checkout"
+
+    def observe(self, sid):
+        from adapter.fallback import Observation
+
+        self.reads += 1
+        return Observation(cores=self.cores, at=time.time(), ready_pods=4)
+
+
+def test_with_the_trainer_dead_long_enough_the_stale_forecast_gives_way_to_observed_direct():
+    from fastapi.testclient import TestClient
+
+    from forecaster.store import MemoryForecastStore
+
+    store = MemoryForecastStore()
+    # published an hour ago: the forecast is stale and its observed tail is too old to serve
+    store.publish(sample_forecast("shop", "checkout", age=3600, p90=(9.0, 9.0, 9.0), observed=8.0))
+    demand = _Demand(1.2)
+    app = create_app(AdapterSettings(workload_capacity={"shop/checkout": {"cpu_request_cores": 0.5}}), store,
+                     demand=demand)
+    with TestClient(app) as c:
+        for _ in range(5):
+            r = c.get(f"{EXT}/namespaces/shop/predicted_cpu_cores", params={"labelSelector": "workload=checkout"})
+            assert r.status_code == 200 and r.json()["items"][0]["value"] == "1200m"
+        served = c.get("/api/v1/forecasts").json()["items"][0]["served"]["predicted_cpu_load_ratio"]
+    assert served["source"] == "observed-direct" and served["value"] == pytest.approx(1.2 / (4 * 0.5))
+    assert "stale" in served["reason"]
+    assert demand.reads == 1  # one read serves every request within the TTL, not one per request
