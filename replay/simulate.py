@@ -10,7 +10,8 @@ The simulated world (the settings of the published replay protocol the benchmark
   ready pods, within [min, max] replicas.
 - The HPA syncs every ``step_seconds`` (15 s). Modes:
   reactive         Resource CPU Utilization target on D(t - delay) (the metric pipeline lag);
-  predictive       External Value target fed by adapter.metrics.served_load_ratio (the very
+  predictive       the shipped HPA: a Resource CPU Utilization metric (the reactive floor) and an
+                   External Value target fed by adapter.metrics.served_load_ratio (the very
                    function the adapter serves) on what the production trainer published
                    (replay/pipeline.py: forecaster.training.step_workload on a simulated clock,
                    one step at s + delay for every 5-minute sample s, from the samples up to s
@@ -302,20 +303,23 @@ def run_mode(world: World, mode: str, cfg: ReplayConfig, feed: ProductionFeed | 
 
         obs = float(obs_arr[i])
         if mode == "reactive":
-            p = resource_utilization_proposal(spec, S, milli(obs), ready, req_milli, target_pct, unready_pods=len(pending))
+            props = [resource_utilization_proposal(spec, S, milli(obs), ready, req_milli, target_pct, unready_pods=len(pending))]
         elif mode == "oracle":
             v = max(float(peak_arr[i]), obs) / max(ready, 1) / request
-            p = external_value_proposal(spec, S, [v], target, ready)
+            props = [external_value_proposal(spec, S, [v], target, ready)]
         else:
+            # the shipped HPA (manifests/hpa-example.yaml): the predicted metric beside the
+            # Resource CPU metric at the same target; the HPA takes the larger proposal
+            props = [resource_utilization_proposal(spec, S, milli(obs), ready, req_milli, target_pct, unready_pods=len(pending))]
             try:
                 sv = served_load_ratio(feed.at(float(t)), float(t), ready, request, settings, observed=obs)
-                p = external_value_proposal(spec, S, [sv.value], target, ready)
+                props.append(external_value_proposal(spec, S, [sv.value], target, ready))
                 sources[sv.source] = sources.get(sv.source, 0) + 1
             except NoData:
-                p = None
+                props.append(None)
                 served_err += 1
 
-        res = hpa.sync(t, S, [p])
+        res = hpa.sync(t, S, props)
         new = res.desired
         if new != S:
             events += 1
