@@ -2,7 +2,7 @@
 
   foresight warmpool run --policy F --store URL [--port P] [--state-dir D] [--interval S]
   foresight warmpool validate F
-  foresight warmpool simulate --trace DIR [--demand single|concurrency] [--policy NAME|FILE ...] --out F.csv
+  foresight warmpool simulate --trace DIR [--demand single|concurrency] [--policy NAME ...] [--policy-file P.yaml ...] --out F.csv
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from forecaster.errors import UserError
 
-DEFAULT_SIM_POLICIES = ["fixed:10", "fixed:60", "seed", "hybrid", "oracle", "foresight"]
+DEFAULT_SIM_POLICIES = ["fixed:10", "oracle", "foresight"]
 
 
 def register(subparsers) -> None:
@@ -35,10 +35,13 @@ def register(subparsers) -> None:
     v.add_argument("policy")
     v.set_defaults(func=_validate)
 
-    s = sub.add_parser("simulate", help="replay keep-alive policies on an Azure Functions trace folder")
+    s = sub.add_parser("simulate", help="replay warm-pool policies through the controller on an Azure Functions trace folder")
     s.add_argument("--trace", required=True, help="folder with azure2019_functions_{inv,run,mem}.csv.gz")
     s.add_argument("--demand", action="append", choices=["single", "concurrency"], help="demand model (repeatable; default both)")
-    s.add_argument("--policy", action="append", metavar="NAME|FILE", help="fixed:MINUTES, seed, hybrid, oracle, foresight, or a policy YAML (repeatable; default: all)")
+    s.add_argument("--policy", action="append", metavar="NAME",
+                   help="foresight (the shipped policy with the bundled example), seed, fixed:MINUTES, hybrid, oracle "
+                        f"(repeatable; default: {', '.join(DEFAULT_SIM_POLICIES)})")
+    s.add_argument("--policy-file", action="append", metavar="P.yaml", help="a WarmPoolPolicy run by the shipped policy; its first pool is every function's pool (repeatable)")
     s.add_argument("--limit", type=int, default=None, help="replay only the first N functions")
     s.add_argument("--out", required=True, help="CSV to write (one row per policy and demand model)")
     s.set_defaults(func=_simulate)
@@ -50,7 +53,10 @@ def _validate(args) -> int:
     policy = load_policy(args.policy)  # raises ConfigError (a UserError) listing every problem
     for p in policy.pools:
         print(f"ok  pool {p.name}: {p.backend}/{p.runtime_class}, series {p.series}, warm {p.min_warm}..{p.max_warm}, "
-              f"lead {p.lead_seconds:g}s, idle TTL {p.idle_ttl.initial_seconds:g}s x (1-{p.idle_ttl.decay:g})^k >= {p.idle_ttl.floor_seconds:g}s")
+              f"lead {p.lead_seconds:g}s, idle TTL {p.idle_ttl.initial_seconds:g}s x (1-{p.idle_ttl.decay:g})^k >= {p.idle_ttl.floor_seconds:g}s, "
+              f"idle model {'on' if p.idle_model.enabled else 'off'} ({p.idle_model.bin_seconds:g}s bins), memory {p.memory_mb:g}Mi")
+    b = policy.memory_budget
+    print(f"ok  memory budget: idle memory <= {b.fraction:g} x a fixed {b.reference_keepalive_seconds:g}s keep-alive's")
     print(f"{args.policy}: valid ({len(policy.pools)} pool(s))")
     return 0
 
@@ -58,13 +64,13 @@ def _validate(args) -> int:
 def _simulate(args) -> int:
     from tqdm import tqdm
 
-    from warmpool.keepalive import make_policy
-    from warmpool.tracesim import format_table, load_trace, replay_all, write_csv
+    from warmpool.tracesim import format_table, load_trace, resolve_policy, simulate_all, write_csv
 
-    policies = [make_policy(s) for s in (args.policy or DEFAULT_SIM_POLICIES)]
+    names = list(args.policy or ([] if args.policy_file else DEFAULT_SIM_POLICIES))
+    policies = [resolve_policy(s) for s in names] + [resolve_policy(f) for f in args.policy_file or []]
     trace = load_trace(args.trace, limit=args.limit)
     demands = args.demand or ["single", "concurrency"]
-    results = replay_all(trace, demands, policies, progress=lambda it: tqdm(it, leave=False, desc="minutes"))
+    results = simulate_all(trace, demands, policies, progress=lambda it: tqdm(it, leave=False, desc="minutes"))
     print(format_table(results))
     write_csv(results, args.out)
     print(f"wrote {args.out}")

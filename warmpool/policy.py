@@ -6,6 +6,9 @@ apiVersion: foresight/v1alpha1
 kind: WarmPoolPolicy
 runtime_classes:            # optional: extra cold-start profiles (ms), or overrides
   gvisor: {runtime_ms: [20, 30, 50], image_ms: [40, 66, 104], sandbox_ms: [120, 160, 230]}
+memory_budget:              # optional; shared by every pool of one controller
+  fraction: 0.95            # idle memory <= this fraction of what a fixed keep-alive would hold
+  reference_keepalive_seconds: 600   # ... that fixed keep-alive (10 minutes)
 pools:
   - name: checkout
     workload: {namespace: shop, name: checkout}
@@ -16,31 +19,38 @@ pools:
     template:
       image: busybox        # kubernetes image; local backends use a busybox-static bundle
       command: [sleep, "3600"]
-      resources: {cpu: 250m, memory: 64Mi}
-    min_warm: 1
+      resources: {cpu: 250m, memory: 64Mi}   # memory also prices idle containers
+    min_warm: 0
     max_warm: 10
     capacity_per_container: 0.5   # demand units (cores or requests/s) one container absorbs
     lead_seconds: 90
-    idle_ttl: {initial_seconds: 120, decay: 0.15, floor_seconds: 10}
+    idle_ttl: {initial_seconds: 120, decay: 0.15, floor_seconds: 0}
+    idle_model: {enabled: true, bin_seconds: 60, prior_scale: 0.5, prior_power: 1.5, prior_weight: 1.0}
 ```
+
+What each part does is in warmpool/README.md ("The policy").
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
-
 from forecaster.config import read_yaml
 from forecaster.errors import ConfigError
+from warmpool.checker import Checker
 from warmpool.ttl import IdleTTL
 
 BACKENDS = ("crun", "runc", "kubernetes", "sim")
 BUILTIN_RUNTIME_CLASSES = ("crun", "kata", "runc")
+DEFAULT_MEMORY_MB = 256.0  # prices idle containers of a pool whose template names no memory
 _DNS = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?")
+_QUANTITY = re.compile(r"([0-9]+(?:\.[0-9]+)?)(m|Ki|Mi|Gi|Ti|k|M|G|T)?")
+_UNIT_BYTES = {None: 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+               "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,29 @@ class RuntimeProfile:
 
 
 @dataclass(frozen=True)
+class IdleModel:
+    """The pool's learned idle-time model (``warmpool.idlemodel``). ``bin_seconds`` is the
+    resolution of idle times; the prior is the chance of a claim ``o`` bins after the last
+    busy bin, ``prior_scale / (o + 1) ** prior_power``, worth ``prior_weight`` observed idle
+    periods until the pool's own idle periods outweigh it."""
+
+    enabled: bool = True
+    bin_seconds: float = 60.0
+    prior_scale: float = 0.5
+    prior_power: float = 1.5
+    prior_weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """Idle memory of all pools together stays near ``fraction`` x what a fixed keep-alive of
+    ``reference_keepalive_seconds`` would have held on the same demand."""
+
+    fraction: float = 0.95
+    reference_keepalive_seconds: float = 600.0
+
+
+@dataclass(frozen=True)
 class PoolSpec:
     name: str
     namespace: str
@@ -74,79 +107,33 @@ class PoolSpec:
     lead_seconds: float = 90.0
     idle_ttl: IdleTTL = field(default_factory=IdleTTL)
     quantile: str = "p90"
+    idle_model: IdleModel = field(default_factory=IdleModel)
+
+    @cached_property
+    def memory_mb(self) -> float:
+        """Memory of one container in MiB (template.resources.memory, else DEFAULT_MEMORY_MB)."""
+        q = self.template.resources.get("memory")
+        m = _QUANTITY.fullmatch(str(q)) if q is not None else None
+        if m is None:
+            return DEFAULT_MEMORY_MB
+        return float(m.group(1)) * _UNIT_BYTES[m.group(2)] / 2.0**20
 
 
 @dataclass(frozen=True)
 class Policy:
     pools: tuple[PoolSpec, ...]
     runtime_classes: Mapping[str, RuntimeProfile] = field(default_factory=dict)
+    memory_budget: MemoryBudget = field(default_factory=MemoryBudget)
+
+    def __post_init__(self) -> None:
+        # claims look pools up by name on every call; a controller may run hundreds of pools
+        object.__setattr__(self, "_by_name", {p.name: p for p in self.pools})
 
     def pool(self, name: str) -> PoolSpec | None:
-        return next((p for p in self.pools if p.name == name), None)
+        return self._by_name.get(name)  # type: ignore[attr-defined]
 
 
-class _Checker:
-    def __init__(self) -> None:
-        self.problems: list[str] = []
-
-    def add(self, path: str, msg: str) -> None:
-        self.problems.append(f"{path}: {msg}")
-
-    def mapping(self, value: Any, path: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> dict:
-        if value is None:
-            for k in required:
-                self.add(f"{path}.{k}" if path else k, "is required")
-            return {}
-        if not isinstance(value, dict):
-            self.add(path or "<top>", f"must be a mapping, got {type(value).__name__} {value!r}")
-            return {}
-        for k in value:
-            if k not in allowed:
-                self.add(f"{path}.{k}" if path else str(k), f"unknown key; allowed keys: {', '.join(allowed)}")
-        for k in required:
-            if value.get(k) is None:
-                self.add(f"{path}.{k}" if path else k, "is required")
-        return value
-
-    def number(self, d: dict, key: str, path: str, default: float, *, lo=None, lo_open=False, hi=None, hi_open=False, integer=False):
-        p = f"{path}.{key}"
-        if key not in d or d[key] is None:
-            return default
-        v = d[key]
-        kinds = (int,) if integer else (int, float)
-        if isinstance(v, bool) or not isinstance(v, kinds):
-            self.add(p, f"must be {'an integer' if integer else 'a number'}, got {type(v).__name__} {v!r}")
-            return default
-        bad = (
-            (lo is not None and (v <= lo if lo_open else v < lo))
-            or (hi is not None and (v >= hi if hi_open else v > hi))
-        )
-        if bad:
-            left = "(" if lo_open else "["
-            right = ")" if hi_open else "]"
-            rng = f"{left}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{right}"
-            self.add(p, f"{v!r} must be in {rng}")
-            return default
-        return v
-
-    def string(self, d: dict, key: str, path: str, default: str | None, *, pattern=None, choices=None, hint=""):
-        p = f"{path}.{key}"
-        if key not in d or d[key] is None:
-            return default
-        v = d[key]
-        if not isinstance(v, str):
-            self.add(p, f"must be a string, got {type(v).__name__} {v!r}")
-            return default
-        if pattern is not None and not pattern.fullmatch(v):
-            self.add(p, f"{v!r} {hint or 'is not valid'}")
-            return default
-        if choices is not None and v not in choices:
-            self.add(p, f"{v!r} must be one of {', '.join(choices)}")
-            return default
-        return v
-
-
-def _triple(c: _Checker, v: Any, path: str) -> tuple[float, float, float] | None:
+def _triple(c: Checker, v: Any, path: str) -> tuple[float, float, float] | None:
     if (
         not isinstance(v, list)
         or len(v) != 3
@@ -160,33 +147,138 @@ def _triple(c: _Checker, v: Any, path: str) -> tuple[float, float, float] | None
     return (float(v[0]), float(v[1]), float(v[2]))
 
 
+def _runtime_classes(c: Checker, rc: Any) -> dict[str, RuntimeProfile]:
+    profiles: dict[str, RuntimeProfile] = {}
+    if rc is None:
+        return profiles
+    if not isinstance(rc, dict):
+        c.add("runtime_classes", f"must map runtime class names to profiles, got {rc!r}")
+        return profiles
+    keys = ("runtime_ms", "image_ms", "sandbox_ms")
+    for name, prof in rc.items():
+        p = f"runtime_classes.{name}"
+        if not isinstance(name, str) or not _DNS.fullmatch(name):
+            c.add(p, "runtime class names are lowercase DNS labels")
+        pd = c.mapping(prof, p, keys, required=keys)
+        trip = [_triple(c, pd[k], f"{p}.{k}") if k in pd else None for k in keys]
+        if all(t is not None for t in trip):
+            profiles[str(name)] = RuntimeProfile(*trip)  # type: ignore[arg-type]
+    return profiles
+
+
+def _memory_budget(c: Checker, raw: Any) -> MemoryBudget:
+    d = c.mapping(raw, "memory_budget", ("fraction", "reference_keepalive_seconds"))
+    fraction = c.number(d, "fraction", "memory_budget", 0.95, lo=0, lo_open=True, hi=10)
+    ref = c.number(d, "reference_keepalive_seconds", "memory_budget", 600.0, lo=0, lo_open=True)
+    return MemoryBudget(float(fraction), float(ref))
+
+
+def _idle_ttl(c: Checker, raw: Any, p: str) -> IdleTTL:
+    tp = f"{p}.idle_ttl"
+    d = c.mapping(raw, tp, ("initial_seconds", "decay", "floor_seconds"))
+    initial = c.number(d, "initial_seconds", tp, 120.0, lo=0, lo_open=True)
+    decay = c.number(d, "decay", tp, 0.15, lo=0, hi=1, hi_open=True)
+    floor = c.number(d, "floor_seconds", tp, 0.0, lo=0)
+    if floor > initial:
+        c.add(f"{tp}.floor_seconds", f"{floor!r} must be <= initial_seconds ({initial!r})")
+    return IdleTTL(float(initial), float(decay), float(floor))
+
+
+def _idle_model(c: Checker, raw: Any, p: str) -> IdleModel:
+    mp = f"{p}.idle_model"
+    d = c.mapping(raw, mp, ("enabled", "bin_seconds", "prior_scale", "prior_power", "prior_weight"))
+    return IdleModel(
+        enabled=c.boolean(d, "enabled", mp, True),
+        bin_seconds=float(c.number(d, "bin_seconds", mp, 60.0, lo=1, hi=3600)),
+        prior_scale=float(c.number(d, "prior_scale", mp, 0.5, lo=0, lo_open=True, hi=1)),
+        prior_power=float(c.number(d, "prior_power", mp, 1.5, lo=0, lo_open=True, hi=10)),
+        prior_weight=float(c.number(d, "prior_weight", mp, 1.0, lo=0, lo_open=True)),
+    )
+
+
+def _template(c: Checker, raw: Any, p: str) -> Template:
+    t = c.mapping(raw, f"{p}.template", ("image", "command", "resources"))
+    image = c.string(t, "image", f"{p}.template", "busybox")
+    cmd = t.get("command", ["sleep", "3600"])
+    if not isinstance(cmd, list) or not cmd or not all(isinstance(x, str) for x in cmd):
+        c.add(f"{p}.template.command", f"must be a non-empty list of strings, got {cmd!r}")
+        cmd = ["sleep", "3600"]
+    res = t.get("resources") or {}
+    if not isinstance(res, dict):
+        c.add(f"{p}.template.resources", f"must be a mapping like {{cpu: 250m, memory: 64Mi}}, got {res!r}")
+        res = {}
+    for k, v in res.items():
+        if k not in ("cpu", "memory"):
+            c.add(f"{p}.template.resources.{k}", "unknown key; allowed keys: cpu, memory")
+        elif not isinstance(v, (str, int, float)) or isinstance(v, bool) or not _QUANTITY.fullmatch(str(v)):
+            c.add(f"{p}.template.resources.{k}", f"{v!r} must be a Kubernetes quantity like 250m or 64Mi")
+    return Template(image=image or "busybox", command=tuple(cmd), resources={k: str(v) for k, v in res.items()})
+
+
+POOL_KEYS = (
+    "name", "workload", "series", "quantile", "runtime_class", "backend", "template", "min_warm",
+    "max_warm", "capacity_per_container", "lead_seconds", "idle_ttl", "idle_model",
+)
+
+
+def _pool(c: Checker, item: Any, i: int, known_rc: set[str], seen: set[str]) -> PoolSpec | None:
+    p = f"pools[{i}]"
+    if isinstance(item, dict) and isinstance(item.get("name"), str) and _DNS.fullmatch(item["name"]):
+        p = f"pools[{item['name']}]"  # paths name the pool once its name is readable
+    d = c.mapping(item, p, POOL_KEYS, required=("name", "workload"))
+    if not isinstance(item, dict):
+        return None
+    name = c.string(d, "name", p, "", pattern=_DNS, hint="must be a lowercase DNS label (a-z, 0-9, '-')")
+    if name:
+        if name in seen:
+            c.add(p, f"pool {name!r} is listed twice; pool names are unique")
+        seen.add(name)
+    w = c.mapping(d.get("workload"), f"{p}.workload", ("namespace", "name"), required=("namespace", "name") if "workload" in d else ())
+    ns = c.string(w, "namespace", f"{p}.workload", "", pattern=_DNS, hint="must be a lowercase DNS label")
+    wl = c.string(w, "name", f"{p}.workload", "", pattern=_DNS, hint="must be a lowercase DNS label")
+    series = c.string(d, "series", p, f"{ns}/{wl}")
+    if series is not None and not series.strip():
+        c.add(f"{p}.series", "must be a non-empty forecast series id like <namespace>/<name>")
+    quantile = c.string(d, "quantile", p, "p90", pattern=re.compile(r"mean|p[0-9]+(\.[0-9]+)?"), hint="must be 'mean' or a quantile key like p50, p90")
+    runtime_class = c.string(d, "runtime_class", p, "crun")
+    if runtime_class not in known_rc:
+        c.add(f"{p}.runtime_class", f"{runtime_class!r} has no cold-start profile; known: {', '.join(sorted(known_rc))} (add it under runtime_classes)")
+    backend = c.string(d, "backend", p, "crun", choices=BACKENDS)
+    min_warm = c.number(d, "min_warm", p, 0, lo=0, integer=True)
+    max_warm = c.number(d, "max_warm", p, 10, lo=0, integer=True)
+    if isinstance(min_warm, int) and isinstance(max_warm, int) and min_warm > max_warm:
+        c.add(f"{p}.min_warm", f"{min_warm} must be <= max_warm ({max_warm})")
+    return PoolSpec(
+        name=name or f"pool-{i}",
+        namespace=ns or "",
+        workload=wl or "",
+        series=series or "",
+        runtime_class=runtime_class or "crun",
+        backend=backend or "crun",
+        template=_template(c, d.get("template"), p),
+        min_warm=int(min_warm),
+        max_warm=int(max_warm),
+        capacity_per_container=float(c.number(d, "capacity_per_container", p, 1.0, lo=0, lo_open=True)),
+        lead_seconds=float(c.number(d, "lead_seconds", p, 90.0, lo=0)),
+        idle_ttl=_idle_ttl(c, d.get("idle_ttl"), p),
+        quantile=quantile or "p90",
+        idle_model=_idle_model(c, d.get("idle_model"), p),
+    )
+
+
 def parse_policy(data: Any, source: str = "<policy>") -> Policy:
-    c = _Checker()
-    top = c.mapping(data, "", ("apiVersion", "kind", "runtime_classes", "pools"), required=("apiVersion", "kind", "pools"))
+    c = Checker()
+    top = c.mapping(data, "", ("apiVersion", "kind", "runtime_classes", "memory_budget", "pools"), required=("apiVersion", "kind", "pools"))
     if data is not None and not isinstance(data, dict):
         raise ConfigError(source, c.problems)
     if "apiVersion" in top and top["apiVersion"] != "foresight/v1alpha1":
         c.add("apiVersion", f"{top['apiVersion']!r} is not supported; use foresight/v1alpha1")
     if "kind" in top and top["kind"] != "WarmPoolPolicy":
         c.add("kind", f"{top['kind']!r} must be WarmPoolPolicy")
-
-    profiles: dict[str, RuntimeProfile] = {}
     rc = top.get("runtime_classes")
-    if rc is not None:
-        if not isinstance(rc, dict):
-            c.add("runtime_classes", f"must map runtime class names to profiles, got {rc!r}")
-        else:
-            for name, prof in rc.items():
-                p = f"runtime_classes.{name}"
-                if not isinstance(name, str) or not _DNS.fullmatch(name):
-                    c.add(p, "runtime class names are lowercase DNS labels")
-                pd = c.mapping(prof, p, ("runtime_ms", "image_ms", "sandbox_ms"), required=("runtime_ms", "image_ms", "sandbox_ms"))
-                trip = [_triple(c, pd[k], f"{p}.{k}") if k in pd else None for k in ("runtime_ms", "image_ms", "sandbox_ms")]
-                if all(t is not None for t in trip):
-                    profiles[str(name)] = RuntimeProfile(*trip)  # type: ignore[arg-type]
+    profiles = _runtime_classes(c, rc)
     known_rc = set(BUILTIN_RUNTIME_CLASSES) | set(profiles) | (set(rc) if isinstance(rc, dict) else set())
-
-    pools: list[PoolSpec] = []
+    budget = _memory_budget(c, top.get("memory_budget"))
     raw = top.get("pools")
     if "pools" in top and not isinstance(raw, list):
         c.add("pools", f"must be a list of pools, got {type(raw).__name__}")
@@ -194,81 +286,10 @@ def parse_policy(data: Any, source: str = "<policy>") -> Policy:
     elif isinstance(raw, list) and not raw:
         c.add("pools", "must list at least one pool")
     seen: set[str] = set()
-    pool_keys = (
-        "name", "workload", "series", "quantile", "runtime_class", "backend", "template", "min_warm",
-        "max_warm", "capacity_per_container", "lead_seconds", "idle_ttl",
-    )
-    for i, item in enumerate(raw or []):
-        p = f"pools[{i}]"
-        if isinstance(item, dict) and isinstance(item.get("name"), str) and _DNS.fullmatch(item["name"]):
-            p = f"pools[{item['name']}]"  # paths name the pool once its name is readable
-        d = c.mapping(item, p, pool_keys, required=("name", "workload"))
-        if not isinstance(item, dict):
-            continue
-        name = c.string(d, "name", p, "", pattern=_DNS, hint="must be a lowercase DNS label (a-z, 0-9, '-')")
-        if name:
-            if name in seen:
-                c.add(p, f"pool {name!r} is listed twice; pool names are unique")
-            seen.add(name)
-        w = c.mapping(d.get("workload"), f"{p}.workload", ("namespace", "name"), required=("namespace", "name") if "workload" in d else ())
-        ns = c.string(w, "namespace", f"{p}.workload", "", pattern=_DNS, hint="must be a lowercase DNS label")
-        wl = c.string(w, "name", f"{p}.workload", "", pattern=_DNS, hint="must be a lowercase DNS label")
-        series = c.string(d, "series", p, f"{ns}/{wl}")
-        if series is not None and not series.strip():
-            c.add(f"{p}.series", "must be a non-empty forecast series id like <namespace>/<name>")
-        quantile = c.string(d, "quantile", p, "p90", pattern=re.compile(r"mean|p[0-9]+(\.[0-9]+)?"), hint="must be 'mean' or a quantile key like p50, p90")
-        runtime_class = c.string(d, "runtime_class", p, "crun")
-        if runtime_class not in known_rc:
-            c.add(f"{p}.runtime_class", f"{runtime_class!r} has no cold-start profile; known: {', '.join(sorted(known_rc))} (add it under runtime_classes)")
-        backend = c.string(d, "backend", p, "crun", choices=BACKENDS)
-        t = c.mapping(d.get("template"), f"{p}.template", ("image", "command", "resources"))
-        image = c.string(t, "image", f"{p}.template", "busybox")
-        cmd = t.get("command", ["sleep", "3600"])
-        if not isinstance(cmd, list) or not cmd or not all(isinstance(x, str) for x in cmd):
-            c.add(f"{p}.template.command", f"must be a non-empty list of strings, got {cmd!r}")
-            cmd = ["sleep", "3600"]
-        res = t.get("resources") or {}
-        if not isinstance(res, dict):
-            c.add(f"{p}.template.resources", f"must be a mapping like {{cpu: 250m, memory: 64Mi}}, got {res!r}")
-            res = {}
-        for k, v in res.items():
-            if k not in ("cpu", "memory"):
-                c.add(f"{p}.template.resources.{k}", "unknown key; allowed keys: cpu, memory")
-            elif not isinstance(v, (str, int, float)) or isinstance(v, bool) or not _QUANTITY.fullmatch(str(v)):
-                c.add(f"{p}.template.resources.{k}", f"{v!r} must be a Kubernetes quantity like 250m or 64Mi")
-        min_warm = c.number(d, "min_warm", p, 0, lo=0, integer=True)
-        max_warm = c.number(d, "max_warm", p, 10, lo=0, integer=True)
-        if isinstance(min_warm, int) and isinstance(max_warm, int) and min_warm > max_warm:
-            c.add(f"{p}.min_warm", f"{min_warm} must be <= max_warm ({max_warm})")
-        cap = c.number(d, "capacity_per_container", p, 1.0, lo=0, lo_open=True)
-        lead = c.number(d, "lead_seconds", p, 90.0, lo=0)
-        ttl_d = c.mapping(d.get("idle_ttl"), f"{p}.idle_ttl", ("initial_seconds", "decay", "floor_seconds"))
-        tp = f"{p}.idle_ttl"
-        initial = c.number(ttl_d, "initial_seconds", tp, 120.0, lo=0, lo_open=True)
-        decay = c.number(ttl_d, "decay", tp, 0.15, lo=0, hi=1, hi_open=True)
-        floor = c.number(ttl_d, "floor_seconds", tp, 0.0, lo=0)
-        if floor > initial:
-            c.add(f"{tp}.floor_seconds", f"{floor!r} must be <= initial_seconds ({initial!r})")
-        pools.append(
-            PoolSpec(
-                name=name or f"pool-{i}",
-                namespace=ns or "",
-                workload=wl or "",
-                series=series or "",
-                runtime_class=runtime_class or "crun",
-                backend=backend or "crun",
-                template=Template(image=image or "busybox", command=tuple(cmd), resources={k: str(v) for k, v in res.items()}),
-                min_warm=int(min_warm),
-                max_warm=int(max_warm),
-                capacity_per_container=float(cap),
-                lead_seconds=float(lead),
-                idle_ttl=IdleTTL(float(initial), float(decay), float(floor)),
-                quantile=quantile or "p90",
-            )
-        )
+    pools = [s for i, item in enumerate(raw or []) if (s := _pool(c, item, i, known_rc, seen)) is not None]
     if c.problems:
         raise ConfigError(source, c.problems)
-    return Policy(pools=tuple(pools), runtime_classes=profiles)
+    return Policy(pools=tuple(pools), runtime_classes=profiles, memory_budget=budget)
 
 
 def load_policy(path: str | Path) -> Policy:

@@ -1,18 +1,18 @@
 """The pure reconcile step: ``reconcile_once(observed, policy, forecasts, now) -> actions``.
 
-No I/O, no clock, no randomness: the same inputs give the same actions, so the controller,
-the tests and the replay run exactly this code.
+No I/O, no clock, no randomness: the same inputs (and the same policy state) give the same
+actions, so the controller, the tests and ``foresight warmpool simulate`` run exactly this code.
 
-Per pool:
-- peak = the largest forecast value (the pool's quantile, else the mean) for the points whose
-  interval overlaps [now, now + lead_seconds + T_cold p90], and the last observed demand;
-- needed = ceil(peak / capacity_per_container) containers in total;
-- target warm = clamp(needed - claimed, min_warm, max_warm)  (no forecast: min_warm);
+``policy`` is a ``WarmPolicy``: it says how many containers each pool wants (``target``) and
+learns from what the controller reports (``record`` per closed demand bin, ``end_round``).
+The shipped one is ``warmpool.planner.ForesightPolicy``; baselines for the trace benchmark are
+in ``warmpool.keepalive``. Per pool, given the policy's ``PoolTarget``:
+- target warm = clamp(total - claimed, min_warm, max_warm)  (no total: min_warm);
 - warm + creating < target -> Create(target - warm - creating), unless creation is backing
   off after failures (the pool is then reported degraded);
-- warm containers past their idle deadline expire (Delete "expired_unused") while more than
-  max(target, min_warm) warm containers remain: a container the forecast still wants is not
-  surplus, it waits for the forecast to drop;
+- idle containers beyond max(target, min_warm) expire ("expired_unused"): with
+  ``hold_until_deadline`` (the shipped policy) only once past their idle-TTL deadline, soonest
+  first; without it (baselines) at once, least recently idle first;
 - dead containers are deleted ("dead") and replaced through the target;
 - warm + creating above max_warm: the surplus warm ones go ("excess");
 - pools no longer in the policy lose their warm containers ("pool_removed"); claimed ones
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Mapping, Protocol, runtime_checkable
 
 from forecaster.store import Forecast
 from warmpool.policy import Policy, PoolSpec
@@ -45,9 +45,12 @@ class Container:
     started: bool = False  # its process was started once (a released container keeps running)
 
     def replace(self, **kw) -> "Container":
-        from dataclasses import replace
-
-        return replace(self, **kw)
+        """A copy with ``kw`` changed (no re-validation: the fields are plain values, and
+        claims on large pools call this for every container)."""
+        new = object.__new__(Container)
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(kw)
+        return new
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,45 @@ class Actions:
         return len(self.creates) + len(self.deletes)
 
 
+@dataclass(frozen=True)
+class BinUsage:
+    """One closed demand bin of a pool, as the controller saw it."""
+
+    index: int  # floor(bin start / idle_model.bin_seconds)
+    demand: int  # most containers claimed at once during the bin
+    idle: int  # containers ready at the bin's first round that no claim used during it
+
+
+@dataclass(frozen=True)
+class PoolTarget:
+    total: int | None  # containers wanted in all, claimed ones included; None: min_warm only
+    needed: int | None = None  # what the forecast alone asks for
+    peak_demand: float | None = None
+    hold_until_deadline: bool = True  # idle surplus waits for its idle-TTL deadline
+    reason: str = ""
+
+
+@runtime_checkable
+class WarmPolicy(Protocol):
+    """Decides how many containers each pool holds. The controller's reconcile step (and with
+    it ``foresight warmpool simulate`` and bench/warmpool_trace.py) calls nothing else."""
+
+    name: str
+    config: Policy  # the pools it decides for
+
+    def configure(self, config: Policy) -> None:
+        """The pools changed (policy reload); what was learned about remaining pools stays."""
+
+    def record(self, spec: PoolSpec, usage: BinUsage) -> None:
+        """Learn one closed demand bin of a pool (only the past reaches a policy)."""
+
+    def end_round(self) -> None:
+        """Every pool has recorded its closed bins of this round (shared state moves here)."""
+
+    def target(self, spec: PoolSpec, obs: "PoolObserved", forecast: Forecast | None, now: float) -> PoolTarget:
+        """What the pool should hold now. Reads state, changes nothing."""
+
+
 def peak_demand(spec: PoolSpec, forecast: Forecast, now: float, horizon_end: float) -> float:
     """Largest forecast value whose interval (ts - step, ts] overlaps [now, horizon_end],
     together with the last observed demand."""
@@ -119,7 +161,33 @@ def peak_demand(spec: PoolSpec, forecast: Forecast, now: float, horizon_end: flo
     return max(0.0, peak)
 
 
-def _pool_actions(spec: PoolSpec, obs: PoolObserved, forecast: Forecast | None, now: float):
+def forecast_need(spec: PoolSpec, obs: "PoolObserved", forecast: Forecast | None, now: float) -> tuple[int | None, float | None]:
+    """(containers needed in all, peak demand) from the forecast over [now, now + lead +
+    T_cold p90]; (None, None) without a forecast."""
+    if forecast is None:
+        return None, None
+    peak = peak_demand(spec, forecast, now, now + spec.lead_seconds + obs.cold_start_p90_seconds)
+    return int(math.ceil(peak / spec.capacity_per_container - 1e-9)), peak
+
+
+def _expiries(spec: PoolSpec, warm: list[Container], keep: int, hold: bool, now: float) -> list[Delete]:
+    out: list[Delete] = []
+    if len(warm) <= keep:
+        return out
+    if not hold:
+        order = sorted(warm, key=lambda c: (c.idle_since if c.idle_since is not None else -math.inf, c.id))
+        return [Delete(spec.name, c.id, "expired_unused") for c in order[: len(warm) - keep]]
+    remaining = len(warm)
+    for c in sorted(warm, key=lambda c: (c.deadline if c.deadline is not None else math.inf, c.id)):
+        if remaining <= keep:
+            break
+        if c.deadline is not None and c.deadline <= now:
+            out.append(Delete(spec.name, c.id, "expired_unused"))
+            remaining -= 1
+    return out
+
+
+def _pool_actions(spec: PoolSpec, obs: PoolObserved, want: PoolTarget, now: float):
     creates: list[Create] = []
     deletes: list[Delete] = []
     warm = [c for c in obs.containers if c.state == "warm"]
@@ -128,28 +196,17 @@ def _pool_actions(spec: PoolSpec, obs: PoolObserved, forecast: Forecast | None, 
     for c in obs.containers:
         if c.state == "dead":
             deletes.append(Delete(spec.name, c.id, "dead"))
-    reason = ""
-    if forecast is None:
-        needed = None
-        peak = None
+    reason = want.reason
+    if want.total is None:
         target = spec.min_warm
-        reason = f"no forecast for series {spec.series!r}: holding min_warm"
     else:
-        horizon_end = now + spec.lead_seconds + obs.cold_start_p90_seconds
-        peak = peak_demand(spec, forecast, now, horizon_end)
-        needed = int(math.ceil(peak / spec.capacity_per_container - 1e-9))
-        target = max(spec.min_warm, min(spec.max_warm, needed - len(claimed)))
-    keep = max(target, spec.min_warm)
-    # expire idle containers past their deadline, soonest first, down to `keep`
-    remaining = len(warm)
-    for c in sorted(warm, key=lambda c: (c.deadline if c.deadline is not None else math.inf, c.id)):
-        if remaining <= keep:
-            break
-        if c.deadline is not None and c.deadline <= now:
-            deletes.append(Delete(spec.name, c.id, "expired_unused"))
-            remaining -= 1
+        target = max(spec.min_warm, min(spec.max_warm, want.total - len(claimed)))
+    expired = _expiries(spec, warm, max(target, spec.min_warm), want.hold_until_deadline, now)
+    deletes += expired
+    gone = {d.container_id for d in expired}
+    remaining = len(warm) - len(gone)
     # above max_warm: drop the surplus (latest deadline first: they are the youngest)
-    survivors = [c for c in warm if not any(d.container_id == c.id for d in deletes)]
+    survivors = [c for c in warm if c.id not in gone]
     surplus = len(survivors) + len(creating) - spec.max_warm
     if surplus > 0:
         for c in sorted(survivors, key=lambda c: (-(c.deadline or 0.0), c.id))[:surplus]:
@@ -164,13 +221,13 @@ def _pool_actions(spec: PoolSpec, obs: PoolObserved, forecast: Forecast | None, 
             reason = (reason + "; " if reason else "") + (
                 f"creation failing ({obs.failures} in a row: {obs.last_error}); retry in {obs.retry_at - now:.1f}s"
             )
-    if degraded and not reason:
-        reason = f"creation failing ({obs.failures} in a row: {obs.last_error})"
+    if degraded and "creation failing" not in reason:
+        reason = (reason + "; " if reason else "") + f"creation failing ({obs.failures} in a row: {obs.last_error})"
     status = PoolStatus(
         pool=spec.name,
         target_warm=target,
-        needed=needed,
-        peak_demand=peak,
+        needed=want.needed,
+        peak_demand=want.peak_demand,
         warm=len(warm),
         claimed=len(claimed),
         creating=len(creating),
@@ -182,20 +239,21 @@ def _pool_actions(spec: PoolSpec, obs: PoolObserved, forecast: Forecast | None, 
 
 def reconcile_once(
     observed: Mapping[str, PoolObserved],
-    policy: Policy,
+    policy: WarmPolicy,
     forecasts: Mapping[str, Forecast],
     now: float,
 ) -> Actions:
     creates: list[Create] = []
     deletes: list[Delete] = []
     status: dict[str, PoolStatus] = {}
-    for spec in policy.pools:
+    for spec in policy.config.pools:
         obs = observed.get(spec.name) or PoolObserved(spec.name)
-        c, d, s = _pool_actions(spec, obs, forecasts.get(spec.series), now)
+        want = policy.target(spec, obs, forecasts.get(spec.series), now)
+        c, d, s = _pool_actions(spec, obs, want, now)
         creates += c
         deletes += d
         status[spec.name] = s
-    names = {p.name for p in policy.pools}
+    names = {p.name for p in policy.config.pools}
     for name in sorted(observed):
         if name in names:
             continue

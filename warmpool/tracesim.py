@@ -1,4 +1,6 @@
-"""Trace replay of keep-alive / pre-warm policies on the Azure Functions 2019 trace.
+"""Trace replay of warm-pool policies on the Azure Functions 2019 trace, through the
+controller: ``foresight warmpool simulate`` and bench/warmpool_trace.py both call
+``simulate`` here.
 
 The measurement model is the one in ``shared/reference/warm-pools.md`` ("Measuring a
 policy"), so figures compare with the reference table:
@@ -6,31 +8,33 @@ policy"), so figures compare with the reference table:
 - one step = one minute; demand ``n`` containers in minute ``t``:
   ``single``: 1 if the minute has any invocation; ``concurrency``:
   ``min(c, max(1, ceil(c * d / 60)))`` for ``c`` invocations of average duration ``d`` s;
-- each container remembers its last busy minute ``u`` (offset ``o = t - u``); a policy decides
-  which containers are resident in minute ``t`` from what it saw up to ``t - 1``;
-- resident containers are used most-recently-used first; ``cold = max(0, n - resident)``;
-  pools start empty (every function's first invocation is cold under any policy);
+- resident containers serve first; ``cold = max(0, n - resident)``; pools start empty;
 - wasted memory = idle resident containers x the app's AverageAllocatedMb, per minute.
 
-A policy object is built once per function (``policy.for_function(fn)``) and answers
-``resident(t, offsets) -> int | list[bool]`` before minute ``t`` is seen, then
-``observe(t, n)`` after it (and, if it has the method, ``observe_invocations(t, c)`` with the
-minute's invocation count just before). An int ``R`` means "the R most recently used containers" (and,
-once the function has run at least once, R above the number of known containers pre-warms
-new ones). Cold starts are counted per container; ``cold_pct_invocations`` counts one cold
-invocation per cold container start (in the single model: one per cold minute).
+How a minute is driven: every function is one pool of one
+``Controller`` on the sim backend with a simulated clock. At the minute's start the controller
+runs one reconcile round (its policy decides from the past only); 2 s later the minute's
+``n`` containers are claimed (what was warm is warm, the rest start cold), and released
+before the next minute. Resident = ready or starting after the round.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from forecaster.errors import UserError
+from warmpool.backends.sim import SimBackend
+from warmpool.coldstart import ColdStartModel
+from warmpool.controller import Controller
+from warmpool.planner import ForesightPolicy
+from warmpool.policy import Policy, load_policy
+from warmpool.reconcile import WarmPolicy
 
 TRACE_FILES = ("azure2019_functions_inv.csv.gz", "azure2019_functions_run.csv.gz", "azure2019_functions_mem.csv.gz")
 DEMAND_MODELS = ("single", "concurrency")
@@ -95,28 +99,6 @@ def load_trace(directory: str | Path, limit: int | None = None) -> Trace:
     return Trace(tuple(inv["HashFunction"].astype(str)), counts, d, m)
 
 
-class FunctionPolicy(Protocol):
-    def resident(self, t: int, offsets: Sequence[int]) -> "int | Sequence[bool]": ...
-
-    def observe(self, t: int, n: int) -> None: ...
-
-
-class TracePolicy(Protocol):
-    name: str
-
-    def for_function(self, fn: "FunctionView") -> FunctionPolicy: ...
-
-
-@dataclass(frozen=True)
-class FunctionView:
-    """What a policy may know about a function up front: its size, never its future."""
-
-    index: int
-    memory_mb: float
-    duration_seconds: float
-    minutes: int
-
-
 @dataclass
 class ReplayResult:
     policy: str
@@ -160,146 +142,6 @@ CSV_COLUMNS = (
 )
 
 
-class FunctionSim:
-    """The containers of one function under one policy, advanced one minute at a time."""
-
-    __slots__ = ("fp", "containers", "cold_minutes", "cold_starts", "idle")
-
-    def __init__(self, fp: FunctionPolicy):
-        self.fp = fp
-        self.containers: list[int] = []  # last busy minute per container, most recent first
-        self.cold_minutes = self.cold_starts = self.idle = 0
-
-    def step(self, t: int, n: int, invocations: int | None = None) -> None:
-        containers = self.containers
-        res_idx: list[int] = []
-        new_warm = 0
-        if containers:
-            ans = self.fp.resident(t, [t - u for u in containers])
-            if isinstance(ans, (bool, np.bool_)):
-                raise TypeError("resident() returns an int count or a list of booleans")
-            if isinstance(ans, (int, np.integer)):
-                r = max(0, int(ans))
-                res_idx = list(range(min(r, len(containers))))
-                new_warm = max(0, r - len(containers))
-            else:
-                res_idx = [i for i, ok in enumerate(ans) if ok]
-        resident = len(res_idx) + new_warm
-        if n > 0:
-            warm = min(n, resident)
-            cold = n - warm
-            used_known = res_idx[:warm]
-            warm_new = warm - len(used_known)
-            if cold:
-                self.cold_minutes += 1
-                self.cold_starts += cold
-            res_set = set(res_idx)
-            # a cold start reloads the most recent non-resident containers, then new ones
-            cold_known = [i for i in range(len(containers)) if i not in res_set][:cold]
-            cold_new = cold - len(cold_known)
-            used = set(used_known) | set(cold_known)
-            self.idle += resident - warm
-            self.containers = [t] * (len(used) + warm_new + cold_new) + [
-                u for i, u in enumerate(containers) if i not in used
-            ]
-        else:
-            self.idle += resident
-        if invocations is not None and hasattr(self.fp, "observe_invocations"):
-            self.fp.observe_invocations(t, invocations)
-        self.fp.observe(t, n)
-
-
-def replay_function(fp: FunctionPolicy, demand_row: np.ndarray):
-    """Replay one function alone. Returns (cold_minutes, cold_starts, idle_container_minutes)."""
-    sim = FunctionSim(fp)
-    for t in range(len(demand_row)):
-        sim.step(t, int(demand_row[t]))
-    return sim.cold_minutes, sim.cold_starts, sim.idle
-
-
-def replay(
-    trace: Trace,
-    demand_model: str,
-    policy: TracePolicy,
-    progress: Callable[[Iterable], Iterable] | None = None,
-) -> ReplayResult:
-    """Replay every function minute by minute (time is the outer loop, so a policy may keep
-    state shared by all functions, e.g. a memory price, and still see only the past)."""
-    D = trace.demand(demand_model)
-    C = trace.invocations
-    T = D.shape[1]
-    invoked_minutes = int((D > 0).sum())
-    invocations_total = int(C.sum()) if demand_model == "concurrency" else invoked_minutes
-    active = [f for f in range(trace.n_functions) if D[f].any()]
-    sims: dict[int, FunctionSim] = {}
-    oracle = getattr(policy, "oracle", False)
-    if not oracle:
-        for f in active:
-            fv = FunctionView(f, float(trace.memory_mb[f]), float(trace.duration_seconds[f]), T)
-            sims[f] = FunctionSim(policy.for_function(fv))
-    begin = getattr(policy, "begin_minute", None)
-    end = getattr(policy, "end_minute", None)
-    Dl = D.tolist()
-    Cl = C.tolist()
-    steps = range(T) if not oracle else range(0)
-    for t in progress(steps) if progress else steps:
-        if begin:
-            begin(t)
-        for f in active:
-            n = Dl[f][t]
-            sim = sims[f]
-            if n or sim.containers:
-                sim.step(t, n, Cl[f][t])
-        if end:
-            end(t)
-    cold_minutes = cold_starts = 0
-    wasted_mb_min = 0.0
-    rates: list[float] = []
-    for f in active:
-        if oracle:
-            cm, cs, idle = policy.exact(D[f])
-        else:
-            s = sims[f]
-            cm, cs, idle = s.cold_minutes, s.cold_starts, s.idle
-        cold_minutes += cm
-        cold_starts += cs
-        wasted_mb_min += idle * trace.memory_mb[f]
-        denom = int(C[f].sum()) if demand_model == "concurrency" else int((D[f] > 0).sum())
-        rates.append(100.0 * cs / max(1, denom))
-    return ReplayResult(
-        policy=policy.name,
-        demand=demand_model,
-        invoked_minutes=invoked_minutes,
-        cold_minutes=cold_minutes,
-        invocations=invocations_total,
-        cold_starts=cold_starts,
-        p75_cold_rate_pct=float(np.percentile(rates, 75)) if rates else 0.0,
-        wasted_gb_min=wasted_mb_min / 1024.0,
-    )
-
-
-def replay_all(
-    trace: Trace,
-    demand_models: Sequence[str],
-    policies: Sequence[TracePolicy],
-    progress: Callable[[Iterable], Iterable] | None = None,
-) -> list[ReplayResult]:
-    """Every policy under every demand model, plus wasted memory relative to fixed 10 min
-    (computed in the same run even when fixed:10 is not among ``policies``)."""
-    from warmpool.keepalive import FixedKeepAlive
-
-    out: list[ReplayResult] = []
-    for dm in demand_models:
-        results = [replay(trace, dm, p, progress) for p in policies]
-        base = next((r for r, p in zip(results, policies) if isinstance(p, FixedKeepAlive) and p.minutes == 10), None)
-        if base is None:
-            base = replay(trace, dm, FixedKeepAlive(10))
-        for r in results:
-            r.wasted_pct_of_fixed10 = 100.0 * r.wasted_gb_min / base.wasted_gb_min if base.wasted_gb_min > 0 else math.nan
-        out.extend(results)
-    return out
-
-
 def write_csv(results: Sequence[ReplayResult], path: str | Path) -> None:
     import csv
 
@@ -321,3 +163,165 @@ def format_table(results: Sequence[ReplayResult]) -> str:
             f"{r.p75_cold_rate_pct:>8.2f}{r.wasted_gb_min:>15.0f}{r.wasted_pct_of_fixed10:>10.0f}%"
         )
     return "\n".join(lines)
+
+
+# --- driving the controller -------------------------------------------------------------
+
+T0 = 1_700_000_040.0  # simulated start: a minute boundary, so bin t is minute t
+CLAIM_AT, RELEASE_AT = 2.0, 59.0  # seconds into the minute; starts of pre-warmed containers (< 1.1 s) are done by then
+NO_CAP = 1_000_000_000  # the reference model caps no pool
+
+
+class SimClock:
+    def __init__(self, t: float):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def pool_name(f: int) -> str:
+    return f"fn-{f}"
+
+
+def trace_config(template: Policy, trace: Trace, functions: Sequence[int]) -> Policy:
+    """One pool per function: every setting of the template's first pool (TTL, idle model,
+    lead, min_warm, runtime class) and its memory budget; the function's memory as the
+    container's memory, the sim backend, and no max_warm cap."""
+    tpl = template.pools[0]
+    pools = []
+    for f in functions:
+        name = pool_name(f)
+        res = {**tpl.template.resources, "memory": f"{float(trace.memory_mb[f]):.3f}Mi"}
+        pools.append(dataclasses.replace(
+            tpl, name=name, namespace="trace", workload=name, series=f"trace/{name}", backend="sim",
+            template=dataclasses.replace(tpl.template, resources=res), max_warm=max(tpl.max_warm, NO_CAP),
+        ))
+    return Policy(tuple(pools), template.runtime_classes, template.memory_budget)
+
+
+@dataclass(frozen=True)
+class SimPolicy:
+    """A policy to replay: its label, the WarmPoolPolicy whose first pool is the template of
+    every function's pool, and how to build the controller's ``WarmPolicy`` for the trace
+    config (``future`` maps pool names to demand rows, for the oracle only)."""
+
+    label: str
+    template: Policy
+    build: Callable[[Policy, Mapping[str, np.ndarray]], WarmPolicy]
+
+
+def _tally(ctl: Controller, sim: SimBackend, names: list[str], col: np.ndarray, t: int, clock: SimClock, out: np.ndarray) -> None:
+    """One minute after its reconcile round: claims, releases, cold and idle counts.
+    ``out`` columns per function: cold minutes, cold starts, idle container-minutes."""
+    clock.t = T0 + 60.0 * t + CLAIM_AT
+    held: list[tuple[str, str]] = []
+    for i, name in enumerate(names):
+        n = int(col[i])
+        resident = sim.count(name)
+        cold = 0
+        for _ in range(n):
+            r = ctl.claim(name)
+            cold += r.cold_start
+            held.append((name, r.container_id))
+        out[i, 0] += cold > 0
+        out[i, 1] += cold
+        out[i, 2] += resident - (n - cold)
+    clock.t = T0 + 60.0 * t + RELEASE_AT
+    for name, cid in held:
+        ctl.release(name, cid)
+
+
+def simulate(trace: Trace, demand_model: str, policy: SimPolicy, progress: Callable[[Iterable], Iterable] | None = None) -> ReplayResult:
+    """Replay ``policy`` on every function of ``trace`` minute by minute through one
+    ``Controller`` (sim backend, simulated clock)."""
+    D = trace.demand(demand_model)
+    C = trace.invocations
+    T = D.shape[1]
+    active = [f for f in range(trace.n_functions) if D[f].any()]
+    names = [pool_name(f) for f in active]
+    config = trace_config(policy.template, trace, active)
+    warm = policy.build(config, {n: D[f] for n, f in zip(names, active)})
+    clock = SimClock(T0)
+    coldstart = ColdStartModel(config.runtime_classes)
+    sim = SimBackend(clock, coldstart, seed=0)
+    ctl = Controller(config, None, {"sim": sim}, clock=clock, coldstart=coldstart, warm_policy=warm)
+    out = np.zeros((len(active), 3), dtype=np.int64)
+    Da = D[active]
+    steps = range(T)
+    for t in progress(steps) if progress else steps:
+        clock.t = T0 + 60.0 * t
+        ctl.step()
+        _tally(ctl, sim, names, Da[:, t], t, clock, out)
+    mem = trace.memory_mb[active]
+    denom = C[active].sum(1) if demand_model == "concurrency" else (Da > 0).sum(1)
+    rates = 100.0 * out[:, 1] / np.maximum(1, denom)
+    invoked = int((D > 0).sum())
+    return ReplayResult(
+        policy=policy.label,
+        demand=demand_model,
+        invoked_minutes=invoked,
+        cold_minutes=int(out[:, 0].sum()),
+        invocations=int(C.sum()) if demand_model == "concurrency" else invoked,
+        cold_starts=int(out[:, 1].sum()),
+        p75_cold_rate_pct=float(np.percentile(rates, 75)) if len(rates) else 0.0,
+        wasted_gb_min=float((out[:, 2] * mem).sum()) / 1024.0,
+    )
+
+
+def simulate_all(trace: Trace, demand_models: Sequence[str], policies: Sequence[SimPolicy],
+                 progress: Callable[[Iterable], Iterable] | None = None) -> list[ReplayResult]:
+    """Every policy under every demand model, with wasted memory relative to fixed 10 min
+    (replayed in the same run when it is not among ``policies``)."""
+    out: list[ReplayResult] = []
+    for dm in demand_models:
+        results = [simulate(trace, dm, p, progress) for p in policies]
+        base = next((r for r in results if r.policy == "fixed:10"), None)
+        if base is None:
+            base = simulate(trace, dm, resolve_policy("fixed:10"))
+        for r in results:
+            r.wasted_pct_of_fixed10 = 100.0 * r.wasted_gb_min / base.wasted_gb_min if base.wasted_gb_min > 0 else math.nan
+        out.extend(results)
+    return out
+
+
+# --- policies by name ---------------------------------------------------------------------
+
+POLICY_NAMES = ("foresight", "seed", "fixed:MINUTES", "hybrid", "oracle")
+
+
+def _seed_only(p: Policy) -> Policy:
+    pools = tuple(dataclasses.replace(s, idle_model=dataclasses.replace(s.idle_model, enabled=False)) for s in p.pools)
+    return dataclasses.replace(p, pools=pools)
+
+
+def resolve_policy(spec: str) -> SimPolicy:
+    """``foresight`` (the shipped policy with the bundled example, exactly what ``foresight
+    warmpool run`` runs), ``seed`` (the same with its idle model off: forecast and decaying
+    TTL only), ``fixed:MINUTES``, ``hybrid``, ``oracle``, or a WarmPoolPolicy YAML file run by
+    the shipped policy."""
+    from warmpool.embedded import EXAMPLE_POLICY
+    from warmpool.keepalive import FixedKeepAlive, HybridHistogram, Oracle
+
+    s = spec.strip()
+    if s.endswith((".yaml", ".yml")) or Path(s).is_file():
+        return SimPolicy(Path(s).stem, load_policy(s), lambda cfg, fut: ForesightPolicy(cfg))
+    example = load_policy(EXAMPLE_POLICY)
+    if s.startswith("fixed:"):
+        try:
+            m = int(s.split(":", 1)[1])
+            if m < 0:
+                raise ValueError
+        except ValueError:
+            raise UserError(f"policy {spec!r}: fixed:MINUTES needs a whole number of minutes >= 0, e.g. fixed:10") from None
+        return SimPolicy(f"fixed:{m}", example, lambda cfg, fut: FixedKeepAlive(cfg, m))
+    builders = {
+        "foresight": (example, lambda cfg, fut: ForesightPolicy(cfg)),
+        "seed": (_seed_only(example), lambda cfg, fut: ForesightPolicy(cfg, name="seed")),
+        "hybrid": (example, lambda cfg, fut: HybridHistogram(cfg)),
+        "oracle": (example, lambda cfg, fut: Oracle(cfg, fut, int(T0 // 60.0))),
+    }
+    if s not in builders:
+        raise UserError(f"unknown policy {spec!r}; known: {', '.join(POLICY_NAMES)} or a WarmPoolPolicy YAML file")
+    tpl, build = builders[s]
+    return SimPolicy(s, tpl, build)

@@ -48,13 +48,16 @@ def test_embedded_pool_runs_on_the_sim_backend_and_says_so():
 
 @pytest.mark.crun
 def test_embedded_pool_uses_real_crun_when_it_works_and_cleans_up(crun_ok, tmp_path):
-    h = start_embedded(MemoryForecastStore(), state_dir=tmp_path, interval_seconds=0.05)
+    store = MemoryForecastStore()
+    now = time.time()
+    store.publish(make_forecast("demo/vm-618849", origin=now, step_seconds=60, mean=[0.5] * 3, quantiles={"p90": [0.5] * 3}, model="t", generated_at=now))
+    h = start_embedded(store, state_dir=tmp_path, interval_seconds=0.05)
     try:
         assert h.describe()["mode"].startswith("crun:")
         deadline = time.time() + 10
         while time.time() < deadline and h.describe()["pools"][0]["warm"] < 1:
             time.sleep(0.05)
-        assert len(h.backend.container_ids()) == 1  # min_warm with no forecast yet
+        assert len(h.backend.container_ids()) == 1  # 0.5 cores at 0.5 per container
     finally:
         h.stop()
     assert h.backend.container_ids() == []
@@ -63,8 +66,10 @@ def test_embedded_pool_uses_real_crun_when_it_works_and_cleans_up(crun_ok, tmp_p
 @pytest.mark.crun
 def test_warmpool_run_serves_claims_from_real_containers_until_terminated(crun_ok, tmp_path):
     port = 18000 + os.getpid() % 2000
+    policy = tmp_path / "policy.yaml"  # no forecast in a fresh memory store: min_warm keeps one warm
+    policy.write_text(EXAMPLE_POLICY.read_text().replace("min_warm: 0", "min_warm: 1"))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "foresight", "warmpool", "run", "--policy", str(EXAMPLE_POLICY), "--store", "memory://",
+        [sys.executable, "-m", "foresight", "warmpool", "run", "--policy", str(policy), "--store", "memory://",
          "--port", str(port), "--state-dir", str(tmp_path), "--interval", "0.2"],
         cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
     )
@@ -109,3 +114,42 @@ def test_only_the_kubernetes_backend_imports_the_kubernetes_client_and_warmpool_
         if rel != "warmpool/backends/kubernetes.py":
             assert not any(m == "kubernetes" or m.startswith("kubernetes.") for m in mods), rel
         assert not any(m.split(".")[0] in ("adapter", "replay") for m in mods), rel
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """Imports that run (those under ``if TYPE_CHECKING:`` do not)."""
+    mods: set[str] = set()
+
+    def visit(node):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            return
+        if isinstance(node, ast.Import):
+            mods.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            mods.add(node.module)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return mods
+
+
+def test_warmpool_modules_import_each_other_without_a_circle():
+    mods = {p.relative_to(ROOT).with_suffix("").as_posix().replace("/", "."): p for p in (ROOT / "warmpool").rglob("*.py")}
+    graph = {m: {i for i in _runtime_imports(p) if i in mods and i != m} for m, p in mods.items()}
+    assert "warmpool.tracesim" not in graph["warmpool.keepalive"]
+    state: dict[str, int] = {}
+
+    def cycle_from(m, stack):
+        state[m] = 1
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                return stack + [m, n]
+            if n not in state and (found := cycle_from(n, stack + [m])):
+                return found
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state:
+            assert cycle_from(m, []) is None

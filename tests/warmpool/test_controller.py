@@ -185,3 +185,67 @@ def test_claims_racing_with_expiry_never_get_a_container_that_is_being_deleted(c
     assert not errors and len(got) == len(set(got))
     assert set(got) <= alive  # nothing handed out was deleted under the claimer
     assert ctl.describe()["pools"][0]["warm"] == 0 and len(alive) == len(got)
+
+
+def test_the_demand_meter_reports_each_closed_bin_once_with_its_peak_and_idle_containers():
+    from warmpool.demand import DemandMeter
+    from warmpool.reconcile import BinUsage
+
+    m = DemandMeter(60.0)
+    assert m.drain(600.0) == []
+    m.ready_at_round(3)
+    m.claimed(602.0, warm=True)
+    m.claimed(603.0, warm=True)
+    m.released(610.0)
+    m.claimed(611.0, warm=False)  # peak 2 at once, 2 warm claims: 1 of the 3 ready stayed idle
+    m.ready_at_round(9)  # only a bin's first round counts
+    assert m.drain(659.0) == []
+    assert m.drain(720.0) == [BinUsage(10, 2, 1), BinUsage(11, 2, 0)]  # bin 11: still 2 held, no round saw it
+    assert m.drain(779.0) == []
+
+
+def test_the_controller_hands_its_policy_the_demand_its_claims_made(clock):
+    ctl, store, sim = setup(clock)
+    seen = []
+    real = ctl.warm_policy.record
+    ctl.warm_policy.record = lambda spec, usage: (seen.append(usage), real(spec, usage))
+    clock.t = 60.0 * 1000
+    ctl.step()
+    got = [ctl.claim("web") for _ in range(3)]
+    clock.advance(30)
+    for r in got:
+        ctl.release("web", r.container_id)
+    clock.advance(30)
+    ctl.step()
+    assert [(u.index, u.demand) for u in seen] == [(1000, 3)]
+    assert ctl.warm_policy._pools["web"].model.seen
+
+
+def test_a_pool_claimed_every_five_minutes_learns_to_pre_warm_and_to_hold_nothing_in_between(clock):
+    import dataclasses
+
+    from warmpool.policy import MemoryBudget
+
+    # a fixed 10-minute keep-alive would hold this pool all the time; allow 30% of that
+    policy = dataclasses.replace(make_policy(template={"resources": {"memory": "64Mi"}}), memory_budget=MemoryBudget(0.3, 600))
+    ctl = Controller(policy, MemoryForecastStore(), {"sim": SimBackend(clock, seed=1)}, clock=clock)
+    clock.t = 60.0 * 100_000
+    cold, held = [], []
+    for minute in range(24 * 60):
+        ctl.step()
+        d = ctl.describe()["pools"][0]
+        held.append(d["warm"] + d["creating"])
+        if minute % 5 == 0:
+            clock.advance(2)
+            r = ctl.claim("web")
+            cold.append(r.cold_start)
+            clock.advance(57)
+            ctl.release("web", r.container_id)
+            clock.advance(1)
+        else:
+            clock.advance(60)
+    late = slice(len(cold) // 2, None)
+    assert sum(cold[late]) == 0  # the second half of the day: every claim found a warm container
+    # and once the price has followed the budget down, it holds a container only in the
+    # minute of each claim (pre-warmed at that minute's round)
+    assert held[-60:] == [1, 0, 0, 0, 0] * 12

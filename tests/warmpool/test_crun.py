@@ -44,7 +44,7 @@ def make(tmp_path, clock):
 @pytest.mark.parametrize("runtime", ["crun", "runc"])
 def test_real_containers_are_prewarmed_claimed_and_expired_by_the_controller(make, clock, runtime, request):
     request.getfixturevalue("crun_ok" if runtime == "crun" else "runc_ok")
-    ctl, store, backend = make(runtime)
+    ctl, store, backend = make(runtime, idle_model={"enabled": False})  # only the forecast and the TTL decide here
     ctl.step()
     states = runtime_states(backend)
     assert len(states) == 2 and set(states.values()) == {"created"}  # pre-warm = create

@@ -88,3 +88,44 @@ def test_a_file_that_is_not_yaml_names_the_file(tmp_path):
     f.write_text(yaml.safe_dump(_doc(min_warm=True)))
     with pytest.raises(ConfigError, match=r"pools\[web\].min_warm: must be an integer"):
         load_policy(f)
+
+
+def test_the_bundled_example_writes_out_exactly_the_documented_defaults():
+    from warmpool.policy import IdleModel, MemoryBudget
+    from warmpool.ttl import IdleTTL
+
+    policy = load_policy(EXAMPLES / "local.yaml")
+    assert policy.memory_budget == MemoryBudget() == MemoryBudget(0.95, 600.0)
+    assert policy.pools[0].idle_model == IdleModel() == IdleModel(True, 60.0, 0.5, 1.5, 1.0)
+    assert policy.pools[0].idle_ttl == IdleTTL() == IdleTTL(120.0, 0.15, 0.0)
+    assert parse_policy(_doc()).memory_budget == MemoryBudget()
+
+
+def test_idle_model_and_memory_budget_problems_are_all_reported_with_their_paths():
+    doc = _doc(idle_model={"enabled": "yes", "bin_seconds": 0.5, "prior_scale": 2, "prior_power": 0, "prior_weight": -1, "window": 3})
+    doc["memory_budget"] = {"fraction": 0, "reference_keepalive_seconds": "10m", "cap": 1}
+    with pytest.raises(ConfigError) as ei:
+        parse_policy(doc)
+    text = "\n".join(ei.value.problems)
+    for fragment in [
+        "pools[web].idle_model.enabled: must be true or false, got str 'yes'",
+        "pools[web].idle_model.bin_seconds: 0.5 must be in [1, 3600]",
+        "pools[web].idle_model.prior_scale: 2 must be in (0, 1]",
+        "pools[web].idle_model.prior_power: 0 must be in (0, 10]",
+        "pools[web].idle_model.prior_weight: -1 must be in (0, inf]",
+        "pools[web].idle_model.window: unknown key",
+        "memory_budget.fraction: 0 must be in (0, 10]",
+        "memory_budget.reference_keepalive_seconds: must be a number",
+        "memory_budget.cap: unknown key",
+    ]:
+        assert fragment in text, fragment
+    with pytest.raises(ConfigError, match=r"pools\[web\].idle_model: must be a mapping"):
+        parse_policy(_doc(idle_model=True))
+
+
+def test_a_pools_container_memory_comes_from_its_template_and_prices_idle_containers():
+    assert parse_policy(_doc(template={"resources": {"memory": "1Gi"}})).pools[0].memory_mb == 1024.0
+    assert parse_policy(_doc(template={"resources": {"memory": "512M"}})).pools[0].memory_mb == pytest.approx(488.28, abs=0.01)
+    assert parse_policy(_doc()).pools[0].memory_mb == 256.0  # DEFAULT_MEMORY_MB
+    off = parse_policy(_doc(idle_model={"enabled": False, "bin_seconds": 30})).pools[0].idle_model
+    assert (off.enabled, off.bin_seconds, off.prior_scale) == (False, 30.0, 0.5)

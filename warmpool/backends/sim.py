@@ -1,6 +1,7 @@
 """Discrete-event simulated containers: start latencies drawn from the cold-start model,
 time from an injected clock. For benchmarks, for ``foresight up`` where crun cannot run, and
-for controller tests that need faults on demand (``fail_creates``, ``kill``)."""
+for controller tests that need faults on demand (``fail_creates``, ``kill``). Containers are
+kept per pool: the trace benchmark runs one pool per function, hundreds in one controller."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ class SimBackend:
         self.rng = random.Random(seed)
         self._lock = threading.Lock()
         self._containers: dict[str, Container] = {}
+        self._by_pool: dict[str, dict[str, Container]] = {}
         self._ready_at: dict[str, float] = {}
         self._fail_creates = 0
         self._fail_reason = "simulated creation failure"
@@ -38,8 +40,16 @@ class SimBackend:
 
     def kill(self, container_id: str) -> None:
         with self._lock:
-            c = self._containers[container_id]
-            self._containers[container_id] = c.replace(state="dead")
+            self._put(self._containers[container_id].replace(state="dead"))
+
+    def _put(self, c: Container) -> None:
+        self._containers[c.id] = c
+        self._by_pool.setdefault(c.pool, {})[c.id] = c
+
+    def count(self, pool: str, states: tuple[str, ...] = ("warm", "creating")) -> int:
+        """Containers of a pool in ``states`` (what the trace benchmark counts as resident)."""
+        with self._lock:
+            return sum(1 for c in self._by_pool.get(pool, {}).values() if c.state in states)
 
     # --- protocol --------------------------------------------------------------------------
 
@@ -47,14 +57,12 @@ class SimBackend:
         now = self.clock()
         with self._lock:
             out = []
-            for cid, c in sorted(self._containers.items()):
-                if c.pool != pool.name:
-                    continue
+            for cid, c in sorted(self._by_pool.get(pool.name, {}).items()):
                 if c.state == "creating" and self._ready_at.get(cid, 0.0) <= now:
                     ready = self._ready_at.pop(cid)
                     ttl = (c.deadline or ready) - (c.idle_since or ready)
                     c = c.replace(state="warm", idle_since=ready, deadline=ready + ttl)
-                    self._containers[cid] = c
+                    self._put(c)
                 out.append(c)
             return out
 
@@ -65,7 +73,7 @@ class SimBackend:
                 raise CreateError(self._fail_reason)
             ms = self.model.sample_ms(pool.runtime_class, self.rng)
             c = Container(container_id, pool.name, "creating", created_at=now, idle_since=now, deadline=deadline, endpoint=f"sim://{container_id}")
-            self._containers[container_id] = c
+            self._put(c)
             self._ready_at[container_id] = now + ms / 1000.0
             self.created_total += 1
         return c, {"sandbox": ms}
@@ -78,18 +86,20 @@ class SimBackend:
             if cur.state == "claimed":
                 raise ClaimConflict(f"container {container.id} was claimed by someone else")
             c = cur.replace(state="claimed", claimed_since_idle=True)
-            self._containers[container.id] = c
+            self._put(c)
             return c
 
     def release(self, pool: PoolSpec, container: Container, now: float, deadline: float) -> Container:
         with self._lock:
             c = container.replace(state="warm", idle_since=now, deadline=deadline, claimed_since_idle=False)
-            self._containers[container.id] = c
+            self._put(c)
             return c
 
     def delete(self, pool: PoolSpec, container_id: str) -> None:
         with self._lock:
-            if self._containers.pop(container_id, None) is not None:
+            c = self._containers.pop(container_id, None)
+            if c is not None:
+                self._by_pool.get(c.pool, {}).pop(container_id, None)
                 self.deleted_total += 1
             self._ready_at.pop(container_id, None)
 
@@ -100,7 +110,7 @@ class SimBackend:
                 raise CreateError(self._fail_reason)
             ms = self.model.sample_ms(pool.runtime_class, self.rng)
             c = Container(container_id, pool.name, "claimed", created_at=now, idle_since=now, deadline=now, endpoint=f"sim://{container_id}", claimed_since_idle=True)
-            self._containers[container_id] = c
+            self._put(c)
             self.created_total += 1
         return c, {"sandbox": ms}
 
