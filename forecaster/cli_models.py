@@ -43,7 +43,9 @@ def register(subparsers) -> None:
         description=(
             "Pulls each workload's demand history through the configured source, selects and "
             "fits a model per series (every training.retrain_interval_seconds) and publishes "
-            "fresh forecasts to the store every training.refresh_interval_seconds."
+            "fresh forecasts to the store every training.refresh_interval_seconds. Refreshes pull "
+            "only the new samples and never wait for fits: fits run in a thread beside them, most "
+            "due first (--once: fit what is due, then refresh, in one step)."
         ),
     )
     t.add_argument("--config", required=True, help="workloads YAML (see forecaster/config.py)")
@@ -198,7 +200,7 @@ def run_train_cmd(args) -> int:
     from forecaster.config import load_config
     from forecaster.sources.prometheus import open_source
     from forecaster.store import open_store
-    from forecaster.training import run_schedule, train_once, trainer_from_config
+    from forecaster.schedule import run_schedule, train_once, trainer_from_config
 
     config = load_config(args.config)
     src = config.source
@@ -217,6 +219,9 @@ def run_train_cmd(args) -> int:
                 print(f"{sid}: published {r['model']} ({r['status']}) {r['reason']}")
             else:
                 print(f"{sid}: NOT published: {r.get('error')}")
+        if "refresh_seconds" in out:
+            print(f"refreshed {out['published']}/{len(out['results'])} in {out['refresh_seconds']:.1f} s; "
+                  f"fits: {out['fits_done']} done since the last step, {out['fits_pending']} queued", flush=True)
 
     try:
         if args.now is not None and not args.once:

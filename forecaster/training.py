@@ -6,9 +6,9 @@ the cheap ``refresh`` (re-forecast from the latest data with the fitted model, p
     fc = trainer.refresh("shop/checkout", ts, values, meta=) # every refresh: cheap, publishes
     trainer.status("shop/checkout")                          # model, status, reason, errors
 
-``train_once(config, source, store, now)`` is one pure-ish step of ``foresight train``: pull each
-workload's demand history (and capacity) through the source, retrain what is due, refresh and
-publish every forecast. ``run_schedule`` is the thin runner around it.
+``step_workload`` is one workload's step (retrain when due, refresh, publish); ``foresight train``
+(``train_once``, and ``run_schedule`` where refreshes never wait for fits) is in
+``forecaster.schedule``.
 
 Fallback rules (the series' status says which applied): persistence when the history is
 shorter than 2 days, when every candidate fails, when a model's forecast is not finite, when
@@ -79,6 +79,7 @@ class SeriesState:
     drifted: bool = False
     refreshed_at: float | None = None
     policy: ServingPolicy = field(default_factory=ServingPolicy)
+    fitted: bool = True  # False for the persistence placeholder a refresh installs before any fit
 
     def live_error_ratio(self) -> float | None:
         return float(np.mean(self.live_ratios)) if self.live_ratios else None
@@ -122,12 +123,19 @@ class Trainer:
         self.serving = serving or ServingSettings()
         self.live_skill = live_skill or DriftSettings()
         self._states: dict[str, SeriesState] = {}
+        self.global_fitted_at: float | None = None
 
     # --- heavy -----------------------------------------------------------------------------
     def fit_fleet(self, data: Mapping[str, tuple[np.ndarray, np.ndarray]], now: float | None = None,
                   capacities: Mapping[str, float | None] | None = None) -> dict[str, SeriesState]:
         """Train the global models (LSTM) once across ``data`` (series_id -> (ts, values)),
         then fit every series. Without a global candidate this is just a loop over ``fit``."""
+        self.fit_global(data, now=now)
+        caps = capacities or {}
+        return {sid: self.fit(sid, ts, vals, now=now, capacity_per_pod=caps.get(sid)) for sid, (ts, vals) in data.items()}
+
+    def fit_global(self, data: Mapping[str, tuple[np.ndarray, np.ndarray]], now: float | None = None) -> None:
+        """Train only the global models across ``data``; the per-series fits that follow use them."""
         for g in GLOBAL_MODELS:
             if g in self.candidates:
                 try:
@@ -137,8 +145,10 @@ class Trainer:
                 except Exception as exc:  # noqa: BLE001 - the others still train
                     log.warning("global model %s failed to train: %s", g, exc)
                     self.prototypes.pop(g, None)
-        caps = capacities or {}
-        return {sid: self.fit(sid, ts, vals, now=now, capacity_per_pod=caps.get(sid)) for sid, (ts, vals) in data.items()}
+        self.global_fitted_at = self.clock() if now is None else now
+
+    def has_global(self) -> bool:
+        return any(g in self.candidates for g in GLOBAL_MODELS)
 
     def _candidate_list(self) -> list[str | Model]:
         out: list[str | Model] = []
@@ -214,7 +224,8 @@ class Trainer:
         st = self._states.get(series_id)
         if st is None or not st.model.fitted_:
             st = SeriesState(series_id, get_model("persistence"), "persistence", now, None, np.full(self.horizon, np.nan),
-                             status="fallback", reason="not trained yet; using persistence until the first fit")
+                             status="fallback", reason="not trained yet; using persistence until the first fit",
+                             needs_retrain=True, fitted=False)
             self._states[series_id] = st
         step = self._step(ts)
         first = int(np.argmax(finite))
@@ -326,34 +337,11 @@ class Trainer:
     def series(self) -> list[str]:
         return sorted(self._states)
 
-
-# --- foresight train ----------------------------------------------------------------------
-
-
-def trainer_from_config(config, store: ForecastStore | None, clock: Callable[[], float] = time.time) -> Trainer:
-    t = config.training
-    return Trainer(
-        store,
-        models=t.models,
-        horizon=t.horizon_steps,
-        quantiles=t.quantiles,
-        step_seconds=config.source.step_seconds,
-        clock=clock,
-        retrain_interval_seconds=t.retrain_interval_seconds,
-        serving=config.serving,
-    )
+    def state(self, series_id: str) -> SeriesState | None:
+        return self._states.get(series_id)
 
 
-def workload_meta(workload, capacity: Mapping[str, Any]) -> dict[str, Any]:
-    """What readers need besides the numbers: identity, selector labels and capacity."""
-    meta: dict[str, Any] = {
-        "namespace": workload.namespace,
-        "workload": workload.name,
-        "kind": workload.kind,
-        "labels": workload.all_labels(),
-    }
-    meta.update(capacity)
-    return meta
+# --- one workload's step -------------------------------------------------------------------
 
 
 def step_workload(trainer: Trainer, series_id: str, ts: np.ndarray, vals: np.ndarray, now: float,
@@ -365,105 +353,14 @@ def step_workload(trainer: Trainer, series_id: str, ts: np.ndarray, vals: np.nda
     return trainer.refresh(series_id, ts, vals, now=now, meta=meta)
 
 
-def _capacity(workload, source) -> tuple[dict[str, Any], list[str]]:
-    """Static capacity values or instant queries; problems are reported, not raised."""
-    meta: dict[str, Any] = {}
-    problems: list[str] = []
-    cap = workload.capacity
-    if cap.ready_pods is not None:
-        meta["ready_pods"] = int(cap.ready_pods)
-    else:
-        q = workload.ready_pods_query()
-        try:
-            res = source.instant(q) if q and hasattr(source, "instant") else []
-            if res:
-                meta["ready_pods"] = int(round(sum(v for _, v in res)))
-            else:
-                problems.append(f"ready_pods query returned nothing: {q}")
-        except Exception as exc:  # noqa: BLE001
-            problems.append(f"ready_pods query failed: {exc}")
-    if cap.cpu_request_cores is not None:
-        meta["cpu_request_cores"] = float(cap.cpu_request_cores)
-    else:
-        q = workload.cpu_request_query()
-        try:
-            res = source.instant(q) if q and hasattr(source, "instant") else []
-            if res:
-                meta["cpu_request_cores"] = float(np.mean([v for _, v in res]))
-            else:
-                problems.append(f"cpu_request query returned nothing: {q}")
-        except Exception as exc:  # noqa: BLE001
-            problems.append(f"cpu_request query failed: {exc}")
-    return meta, problems
+# ``foresight train`` (config, source and schedule) lives in forecaster.schedule; these names
+# stay importable from here for the callers that know them as training's.
+_SCHEDULE_NAMES = ("train_once", "run_schedule", "trainer_from_config", "workload_meta")
 
 
-def _history(frame) -> tuple[np.ndarray, np.ndarray]:
-    """One series from a long frame (summed per timestamp if the query returned several)."""
-    if frame is None or len(frame) == 0:
-        return np.zeros(0), np.zeros(0)
-    g = frame.groupby("timestamp", sort=True)["value"].sum(min_count=1)
-    ts = g.index.astype("int64").to_numpy() / 1e9
-    return ts.astype("float64"), g.to_numpy(dtype="float64")
+def __getattr__(name: str):
+    if name in _SCHEDULE_NAMES:
+        import forecaster.schedule
 
-
-def train_once(config, source, store: ForecastStore | None, now: float | None = None, trainer: Trainer | None = None) -> dict[str, Any]:
-    """One step of ``foresight train``: for every workload, pull history, retrain when due,
-    refresh and publish. Returns {"trainer", "results": {series_id: {...}}}; a failing
-    workload is reported in its result and does not stop the others."""
-    now = time.time() if now is None else float(now)
-    trainer = trainer or trainer_from_config(config, store)
-    src = config.source
-    end = math.floor(now / src.step_seconds) * src.step_seconds  # a stable grid across refreshes
-    start = end - src.history_days * 86400.0
-    histories: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    results: dict[str, dict[str, Any]] = {}
-    for w in config.workloads:
-        sid = w.series_id
-        try:
-            frame = source.fetch(w.demand_query, start, end, src.step_seconds, series_id=sid)
-            ts, vals = _history(frame)
-            if not np.isfinite(vals).any():
-                raise ModelError(f"demand query returned no data for {sid}: {w.demand_query}")
-            histories[sid] = (ts, vals)
-        except Exception as exc:  # noqa: BLE001 - one workload's failure is its own
-            results[sid] = {"series_id": sid, "published": False, "error": str(exc)}
-            log.warning("%s: %s", sid, exc)
-    caps = {w.series_id: _capacity(w, source) for w in config.workloads if w.series_id in histories}
-    due = {sid for sid in histories if trainer.due(sid, now)}
-    global_fit = bool(due) and any(g in trainer.candidates for g in GLOBAL_MODELS)
-    if global_fit:  # the global models train once across the fleet before the per-series fits
-        trainer.fit_fleet({sid: histories[sid] for sid in due}, now=now,
-                          capacities={sid: caps[sid][0].get("cpu_request_cores") for sid in due})
-    for w in config.workloads:
-        sid = w.series_id
-        if sid not in histories:
-            continue
-        ts, vals = histories[sid]
-        cap, problems = caps[sid]
-        try:
-            fc = step_workload(trainer, sid, ts, vals, now, workload_meta(w, cap), fit=(sid in due) and not global_fit)
-            results[sid] = {
-                "series_id": sid, "published": True, "model": fc.model, "status": fc.status,
-                "reason": fc.reason, "retrained": sid in due, "capacity_problems": problems,
-            }
-        except Exception as exc:  # noqa: BLE001
-            results[sid] = {"series_id": sid, "published": False, "error": str(exc)}
-            log.warning("%s: %s", sid, exc)
-    return {"trainer": trainer, "results": results}
-
-
-def run_schedule(config, source, store, *, clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
-                 iterations: int | None = None, on_step: Callable[[dict], None] | None = None) -> Trainer:
-    """Refresh every ``refresh_interval_seconds``; the trainer retrains what is due."""
-    trainer = trainer_from_config(config, store, clock)
-    i = 0
-    while iterations is None or i < iterations:
-        t0 = clock()
-        out = train_once(config, source, store, now=t0, trainer=trainer)
-        if on_step:
-            on_step(out)
-        i += 1
-        if iterations is not None and i >= iterations:
-            break
-        sleep(max(0.0, config.training.refresh_interval_seconds - (clock() - t0)))
-    return trainer
+        return getattr(forecaster.schedule, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

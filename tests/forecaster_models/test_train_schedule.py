@@ -1,4 +1,4 @@
-"""`foresight train` schedule: refresh every step, retrain only when the interval passed."""
+"""`foresight train` schedule: a refresh every step, fits after it when due, never before it."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 
 from forecaster.config import parse_config
+from forecaster.schedule import InlineFits, run_schedule
 from forecaster.sources.csv import CsvSource
 from forecaster.store import MemoryForecastStore
-from forecaster.training import run_schedule
 
 DATA = "tests/data/cpu_slice.csv.gz"
 
@@ -40,13 +40,20 @@ def test_schedule_refreshes_every_step_and_retrains_when_due():
 
     store = MemoryForecastStore()
     steps: list[dict] = []
+    published: list[tuple[str, str]] = []
     trainer = run_schedule(_config(retrain_seconds=900), src, store, clock=clock, sleep=sleep, iterations=5,
-                           on_step=steps.append)
-    retrained = [s["results"]["ns/vm"]["retrained"] for s in steps]
-    assert retrained == [True, False, False, True, False]  # every 900 s = every third 300-s step
+                           on_step=lambda out: (steps.append(out), published.append(
+                               (store.latest("ns/vm").model, store.latest("ns/vm").reason))),
+                           fits=InlineFits(budget_seconds=60.0, clock=clock))
+    # the fit runs after the refresh of its step: at start, then every 900 s = every third step
+    assert [s["fits_done"] for s in steps] == [1, 0, 0, 1, 0]
+    assert "not trained yet" in published[0][1]  # the first refresh did not wait for the fit
+    assert all("not trained yet" not in reason for _, reason in published[1:])
     assert sleeps == [300.0] * 4
     fc = store.latest("ns/vm")
     assert fc.generation == 5
     assert fc.origin == np.floor((t_end - 3600 + 4 * 300) / 300) * 300
     assert fc.meta["ready_pods"] == 2 and fc.meta["cpu_request_cores"] == 1.0
     assert trainer.status("ns/vm")["model"] in ("persistence", "moving_average", "persistence+moving_average")
+    # one full pull at start, one per retrain; every other refresh pulled only the new samples
+    assert steps[-1]["pulls"] == {"full": 3, "incremental": 4}

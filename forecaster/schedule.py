@@ -1,0 +1,407 @@
+"""``foresight train``: pull history through the source, fit, refresh and publish on a schedule.
+
+Two ways to run it:
+- ``train_once(config, source, store, now)``: one step, for ``foresight train --once`` and the
+  parity test: retrain whatever is due, then refresh and publish every workload.
+- ``run_schedule``: the long-running trainer. Refreshes never wait for fits: every
+  ``refresh_interval_seconds`` a :class:`TrainScheduler` step tops up each workload's history
+  incrementally (``forecaster.history``) and refreshes and publishes every workload with the
+  model it has now, then queues the fits that are due, most due first (never fitted, then
+  drifted, then the oldest fit). A fit worker runs the queue: :class:`ThreadFits` in a thread
+  beside the refresh loop (the default), or :class:`InlineFits`, a per-step budget after the
+  refreshes. A fit pulls the whole window (re-syncing the ring), and the global LSTM is one more
+  queued job, so a fleet retrain never holds a refresh back.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import math
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+import numpy as np
+
+from forecaster.history import HistoryCache, frame_arrays
+from forecaster.models import ModelError
+from forecaster.store import ForecastStore
+from forecaster.training import GLOBAL_MODELS, Trainer, step_workload
+
+log = logging.getLogger(__name__)
+
+__all__ = ["train_once", "run_schedule", "TrainScheduler", "ThreadFits", "InlineFits", "trainer_from_config",
+           "workload_meta", "fit_priority"]
+
+
+def trainer_from_config(config, store: ForecastStore | None, clock: Callable[[], float] = time.time) -> Trainer:
+    t = config.training
+    return Trainer(
+        store,
+        models=t.models,
+        horizon=t.horizon_steps,
+        quantiles=t.quantiles,
+        step_seconds=config.source.step_seconds,
+        clock=clock,
+        retrain_interval_seconds=t.retrain_interval_seconds,
+        serving=config.serving,
+    )
+
+
+def workload_meta(workload, capacity: Mapping[str, Any]) -> dict[str, Any]:
+    """What readers need besides the numbers: identity, selector labels and capacity."""
+    meta: dict[str, Any] = {
+        "namespace": workload.namespace,
+        "workload": workload.name,
+        "kind": workload.kind,
+        "labels": workload.all_labels(),
+    }
+    meta.update(capacity)
+    return meta
+
+
+def _instant(source, query: str | None, what: str, problems: list[str]) -> list[float] | None:
+    try:
+        res = source.instant(query) if query and hasattr(source, "instant") else []
+    except Exception as exc:  # noqa: BLE001 - a capacity problem is reported, not raised
+        problems.append(f"{what} query failed: {exc}")
+        return None
+    if not res:
+        problems.append(f"{what} query returned nothing: {query}")
+        return None
+    return [v for _, v in res]
+
+
+def _capacity(workload, source) -> tuple[dict[str, Any], list[str]]:
+    """Static capacity values or instant queries; problems are reported, not raised."""
+    meta: dict[str, Any] = {}
+    problems: list[str] = []
+    cap = workload.capacity
+    if cap.ready_pods is not None:
+        meta["ready_pods"] = int(cap.ready_pods)
+    elif (vals := _instant(source, workload.ready_pods_query(), "ready_pods", problems)) is not None:
+        meta["ready_pods"] = int(round(sum(vals)))
+    if cap.cpu_request_cores is not None:
+        meta["cpu_request_cores"] = float(cap.cpu_request_cores)
+    elif (vals := _instant(source, workload.cpu_request_query(), "cpu_request", problems)) is not None:
+        meta["cpu_request_cores"] = float(np.mean(vals))
+    return meta, problems
+
+
+def _full_pull(config, source, workload, now: float) -> tuple[np.ndarray, np.ndarray]:
+    src = config.source
+    end = math.floor(now / src.step_seconds) * src.step_seconds  # a stable grid across refreshes
+    frame = source.fetch(workload.demand_query, end - src.history_days * 86400.0, end, src.step_seconds,
+                         series_id=workload.series_id)
+    return frame_arrays(frame)
+
+
+def _checked(sid: str, query: str, got: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    if not np.isfinite(got[1]).any():
+        raise ModelError(f"demand query returned no data for {sid}: {query}")
+    return got
+
+
+def history_cache(config, source) -> HistoryCache:
+    return HistoryCache(source, step_seconds=config.source.step_seconds, history_days=config.source.history_days)
+
+
+# --- one step: fit what is due, then refresh ----------------------------------------------------
+
+
+def train_once(config, source, store: ForecastStore | None, now: float | None = None, trainer: Trainer | None = None,
+               history: HistoryCache | None = None) -> dict[str, Any]:
+    """One step of ``foresight train``: for every workload, pull history, retrain when due,
+    refresh and publish. Returns {"trainer", "results": {series_id: {...}}}; a failing
+    workload is reported in its result and does not stop the others. With ``history`` the
+    workloads that are not due pull only their new samples (the due ones pull in full)."""
+    now = time.time() if now is None else float(now)
+    trainer = trainer or trainer_from_config(config, store)
+    histories: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    results: dict[str, dict[str, Any]] = {}
+    for w in config.workloads:
+        sid = w.series_id
+        try:
+            if history is None:
+                got = _full_pull(config, source, w, now)
+            else:
+                got = history.pull(sid, w.demand_query, now, full=trainer.due(sid, now))
+            histories[sid] = _checked(sid, w.demand_query, got)
+        except Exception as exc:  # noqa: BLE001 - one workload's failure is its own
+            results[sid] = {"series_id": sid, "published": False, "error": str(exc)}
+            log.warning("%s: %s", sid, exc)
+    caps = {w.series_id: _capacity(w, source) for w in config.workloads if w.series_id in histories}
+    due = {sid for sid in histories if trainer.due(sid, now)}
+    global_fit = bool(due) and trainer.has_global()
+    if global_fit:  # the global models train once across the fleet before the per-series fits
+        trainer.fit_fleet({sid: histories[sid] for sid in due}, now=now,
+                          capacities={sid: caps[sid][0].get("cpu_request_cores") for sid in due})
+    for w in config.workloads:
+        sid = w.series_id
+        if sid in histories:
+            ts, vals = histories[sid]
+            results[sid] = _publish(trainer, w, ts, vals, now, caps[sid], fit=(sid in due) and not global_fit,
+                                    retrained=sid in due)
+    return {"trainer": trainer, "results": results}
+
+
+def _publish(trainer: Trainer, w, ts, vals, now: float, cap: tuple[dict, list[str]], fit: bool,
+             retrained: bool) -> dict[str, Any]:
+    sid = w.series_id
+    try:
+        fc = step_workload(trainer, sid, ts, vals, now, workload_meta(w, cap[0]), fit=fit)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("%s: %s", sid, exc)
+        return {"series_id": sid, "published": False, "error": str(exc)}
+    return {"series_id": sid, "published": True, "model": fc.model, "status": fc.status, "reason": fc.reason,
+            "retrained": retrained, "capacity_problems": cap[1]}
+
+
+# --- the schedule: refreshes never wait for fits ----------------------------------------------
+
+
+def fit_priority(trainer: Trainer, series_id: str) -> tuple[int, float]:
+    """Queue order, smallest first: never fitted, then drifted, then the oldest fit."""
+    st = trainer.state(series_id)
+    if st is None or not st.fitted:
+        return (0, 0.0)
+    return (1 if st.needs_retrain else 2, st.fitted_at)
+
+
+class _Queue:
+    """Fit jobs by priority, one per key; what is queued or running is not queued twice."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[tuple, int, str, Callable[[], None]]] = []
+        self._keys: set[str] = set()
+        self._count = itertools.count()
+        self.cond = threading.Condition()
+        self.done = 0
+
+    def put(self, key: str, priority: tuple, job: Callable[[], None]) -> bool:
+        with self.cond:
+            if key in self._keys:
+                return False
+            self._keys.add(key)
+            heapq.heappush(self._heap, (priority, next(self._count), key, job))
+            self.cond.notify()
+            return True
+
+    def pop(self) -> tuple[str, Callable[[], None]] | None:
+        with self.cond:
+            if not self._heap:
+                return None
+            _, _, key, job = heapq.heappop(self._heap)
+            return key, job
+
+    def finish(self, key: str) -> None:
+        with self.cond:
+            self._keys.discard(key)
+            self.done += 1
+            self.cond.notify_all()
+
+    def pending(self) -> int:
+        with self.cond:
+            return len(self._keys)
+
+    def run_one(self) -> bool:
+        item = self.pop()
+        if item is None:
+            return False
+        key, job = item
+        try:
+            job()
+        except Exception:  # noqa: BLE001 - one failed fit never stops the worker
+            log.exception("fit job %s failed", key)
+        finally:
+            self.finish(key)
+        return True
+
+
+class InlineFits(_Queue):
+    """Fits run in the refresh loop's thread after each step's refreshes, most due first, until
+    ``budget_seconds`` of the clock are spent (one fit may overrun it; none starts after)."""
+
+    def __init__(self, budget_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.budget_seconds = float(budget_seconds)
+        self.clock = clock
+
+    def after_step(self) -> None:
+        deadline = self.clock() + self.budget_seconds
+        while self.clock() < deadline and self.run_one():
+            pass
+
+    def stop(self) -> None:
+        pass
+
+
+class ThreadFits(_Queue):
+    """Fits run in their own thread, beside the refresh loop, most due first."""
+
+    def __init__(self, start: bool = True) -> None:
+        super().__init__()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="foresight-fits", daemon=True)
+        if start:
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            if not self.run_one():
+                with self.cond:
+                    self.cond.wait(timeout=1.0)
+
+    def after_step(self) -> None:
+        pass
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until nothing is queued or running (tests and shutdown)."""
+        with self.cond:
+            return self.cond.wait_for(lambda: not self._keys, timeout=timeout)
+
+    def stop(self, timeout: float | None = 5.0) -> None:
+        self._stop.set()
+        with self.cond:
+            self.cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+
+def _prefetch(fn: Callable[[Any], Any], items: Iterable[Any], threads: int, ahead: int) -> Iterator[tuple[Any, Any]]:
+    """(item, fn(item) or the exception it raised), in order, with up to ``ahead`` calls in
+    flight on ``threads`` threads: source latency overlaps the refreshes."""
+    def safe(item):
+        try:
+            return fn(item)
+        except Exception as exc:  # noqa: BLE001 - handed to the caller as a value
+            return exc
+
+    if threads <= 1:
+        for item in items:
+            yield item, safe(item)
+        return
+    with ThreadPoolExecutor(threads, thread_name_prefix="foresight-pull") as pool:
+        window: deque = deque()
+        for item in items:
+            window.append((item, pool.submit(safe, item)))
+            if len(window) >= ahead:
+                it, fut = window.popleft()
+                yield it, fut.result()
+        while window:
+            it, fut = window.popleft()
+            yield it, fut.result()
+
+
+class TrainScheduler:
+    """The long-running trainer's pure step (``step(now)``) and the fit jobs it queues.
+
+    ``step`` refreshes and publishes every workload from its incrementally pulled history with
+    the model it has now (a placeholder persistence forecast before its first fit), then
+    queues the due fits on ``fits``. It never runs a fit itself, except through
+    ``InlineFits``' budget after the refreshes."""
+
+    def __init__(self, config, source, trainer: Trainer, *, fits: ThreadFits | InlineFits,
+                 history: HistoryCache | None = None, pull_threads: int = 4,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.source = source
+        self.trainer = trainer
+        self.fits = fits
+        self.history = history or history_cache(config, source)
+        self.pull_threads = int(pull_threads)
+        self.clock = clock
+        self._caps: dict[str, dict[str, Any]] = {}
+
+    def _pull(self, w, now: float):
+        got = _checked(w.series_id, w.demand_query, self.history.pull(w.series_id, w.demand_query, now))
+        return got, _capacity(w, self.source)
+
+    def step(self, now: float) -> dict[str, Any]:
+        """Refresh and publish every workload, then queue what is due; returns a report."""
+        t0 = self.clock()
+        done_before = self.fits.done
+        results: dict[str, dict[str, Any]] = {}
+        pulls = _prefetch(lambda w: self._pull(w, now), self.config.workloads, self.pull_threads,
+                          ahead=8 * max(1, self.pull_threads))
+        for w, got in pulls:
+            sid = w.series_id
+            if isinstance(got, Exception):
+                results[sid] = {"series_id": sid, "published": False, "error": str(got)}
+                log.warning("%s: %s", sid, got)
+                continue
+            (ts, vals), cap = got
+            self._caps[sid] = cap[0]
+            results[sid] = _publish(self.trainer, w, ts, vals, now, cap, fit=False, retrained=False)
+        refreshed_in = self.clock() - t0
+        queued = self.queue_due(now, [w for w in self.config.workloads if w.series_id in self._caps])
+        self.fits.after_step()
+        return {"trainer": self.trainer, "results": results, "now": now, "refresh_seconds": refreshed_in,
+                "published": sum(1 for r in results.values() if r.get("published")), "queued": queued,
+                "fits_pending": self.fits.pending(), "fits_done": self.fits.done - done_before,
+                "pulls": {"full": self.history.stats.full, "incremental": self.history.stats.incremental}}
+
+    def queue_due(self, now: float, workloads: list) -> list[str]:
+        """Queue the global model (when due) ahead of the due per-series fits, most due first."""
+        tr = self.trainer
+        queued = []
+        due = [w for w in workloads if tr.due(w.series_id, now)]
+        if due and tr.has_global() and (tr.global_fitted_at is None
+                                        or now - tr.global_fitted_at >= tr.retrain_interval_seconds):
+            if self.fits.put("<global>", (-1, 0.0), self._global_job(workloads)):
+                queued.append("<global>")
+        for w in sorted(due, key=lambda w: fit_priority(tr, w.series_id)):
+            if self.fits.put(w.series_id, fit_priority(tr, w.series_id), self._fit_job(w)):
+                queued.append(w.series_id)
+        return queued
+
+    def _fit_job(self, w) -> Callable[[], None]:
+        def job() -> None:
+            now = self.clock()
+            ts, vals = _checked(w.series_id, w.demand_query,
+                                self.history.pull(w.series_id, w.demand_query, now, full=True))
+            cap = self._caps.get(w.series_id, {}).get("cpu_request_cores")
+            self.trainer.fit(w.series_id, ts, vals, now=now, capacity_per_pod=cap)
+        return job
+
+    def _global_job(self, workloads: list) -> Callable[[], None]:
+        def job() -> None:
+            now = self.clock()
+            data = {}
+            for w in workloads:
+                try:
+                    data[w.series_id] = self.history.pull(w.series_id, w.demand_query, now, full=True)
+                except Exception as exc:  # noqa: BLE001 - the fleet trains on what it can read
+                    log.warning("%s: %s", w.series_id, exc)
+            self.trainer.fit_global(data, now=now)
+        return job
+
+
+def run_schedule(config, source, store, *, clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep, iterations: int | None = None,
+                 on_step: Callable[[dict], None] | None = None, fits: ThreadFits | InlineFits | None = None,
+                 pull_threads: int = 4) -> Trainer:
+    """Every ``refresh_interval_seconds`` one ``TrainScheduler.step``; fits run on ``fits``
+    (a ``ThreadFits`` by default) and never delay the next step."""
+    trainer = trainer_from_config(config, store, clock)
+    fits = fits if fits is not None else ThreadFits()
+    sched = TrainScheduler(config, source, trainer, fits=fits, pull_threads=pull_threads, clock=clock)
+    interval = config.training.refresh_interval_seconds
+    i = 0
+    try:
+        while iterations is None or i < iterations:
+            t0 = clock()
+            out = sched.step(t0)
+            if on_step:
+                on_step(out)
+            i += 1
+            if iterations is not None and i >= iterations:
+                break
+            sleep(max(0.0, interval - (clock() - t0)))
+    finally:
+        fits.stop()
+    return trainer
