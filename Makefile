@@ -8,7 +8,7 @@ PIP := $(VENV)/bin/pip
 DEB_PACKAGES := prometheus redis-server crun runc busybox-static chromium wrk
 PYTEST_ARGS ?=
 
-.PHONY: run test deps venv debs bench clean
+.PHONY: run test e2e deps venv debs bench clean
 
 run: deps
 	$(VENV)/bin/foresight up
@@ -17,6 +17,12 @@ test: deps
 	@set +e; $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; \
 	exit $$rc
+
+# The e2e suite alone: a real control plane built from k8s.io/kubernetes (tests/cluster/build.sh;
+# the first build takes a while and is cached in ~/.cache/foresight), and the HPA fidelity table
+# written to bench/results/. `make test` runs it too.
+e2e: deps
+	FORESIGHT_FIDELITY_OUT=bench/results/hpa_fidelity.csv $(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
 deps: debs venv
 

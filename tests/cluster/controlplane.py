@@ -188,6 +188,13 @@ class ControlPlane:
         raise RuntimeError(f"{what} not ready within {timeout:.0f} s:\n{proc.tail() if proc else ''}")
 
     def start(self, timeout: float = 240.0) -> "ControlPlane":
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, timeout: float) -> "ControlPlane":
         b = self.bin_dir
         self.files = f = _pki(self.dir / "pki")
         etcd_port, etcd_peer = free_port(), free_port()
@@ -331,6 +338,16 @@ def _now(offset: float = 0.0) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def tls_context(ca: Path, cert: tuple[Path, Path] | None = None):
+    """An SSL context trusting ``ca`` and presenting ``cert`` (httpx 0.28 wants contexts)."""
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=str(ca))
+    if cert:
+        ctx.load_cert_chain(str(cert[0]), str(cert[1]))
+    return ctx
+
+
 class ApiClient:
     """JSON over HTTPS to kube-apiserver with a client certificate or a bearer token.
 
@@ -340,8 +357,7 @@ class ApiClient:
 
     def __init__(self, server: str, ca: Path, cert: tuple[Path, Path] | None = None, token: str | None = None):
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.Client(base_url=server, verify=str(ca), cert=tuple(map(str, cert)) if cert else None,
-                                 headers=headers, timeout=30)
+        self.http = httpx.Client(base_url=server, verify=tls_context(ca, cert), headers=headers, timeout=30)
 
     def get(self, path: str, **params) -> httpx.Response:
         return self.http.get(path, params=params or None)
@@ -379,10 +395,11 @@ class KubeletStandIn:
 
     There is no kubelet (no container runtime on these machines). For every pod the scheduler
     has bound, this writes what a kubelet would report once the containers run: phase Running,
-    startTime, a pod IP and the Ready condition. Tests decide readiness per workload:
+    startTime, a pod IP and the Ready condition; and it finishes the deletion of terminating pods
+    (grace period 0), as a kubelet does once their containers have stopped. Tests decide readiness per workload:
     ``startup_seconds[(ns, app)]`` delays Ready after binding (image pull + start + probe), and
     ``unready[(ns, app)] = n`` keeps the n newest pods of that workload Running but not Ready.
-    It never schedules, creates or deletes pods.
+    It never schedules or creates pods, and removes only pods that are already being deleted.
     """
 
     def __init__(self, api: ApiClient, interval: float = 0.25):
@@ -418,7 +435,16 @@ class KubeletStandIn:
         pods = self.api.json("/api/v1/pods")["items"]
         groups: dict[tuple[str, str], list[dict]] = {}
         for p in pods:
-            if not p["spec"].get("nodeName") or p["metadata"].get("deletionTimestamp"):
+            if not p["spec"].get("nodeName"):
+                continue
+            if p["metadata"].get("deletionTimestamp"):
+                # A kubelet stops the containers, then removes the pod for good; without that the
+                # pod stays Terminating and keeps its node's CPU in the scheduler's books.
+                md = p["metadata"]
+                self.api.http.request("DELETE", f"/api/v1/namespaces/{md['namespace']}/pods/{md['name']}",
+                                      json={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
+                                            "preconditions": {"uid": md["uid"]}})
+                self._bound_at.pop(md["uid"], None)
                 continue
             app = (p["metadata"].get("labels") or {}).get("app", "")
             groups.setdefault((p["metadata"]["namespace"], app), []).append(p)

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.cluster.controlplane import ROOT, ApiClient, ControlPlane, KubeletStandIn, build_binaries, free_port, wait_for
+from tests.cluster.controlplane import ROOT, ControlPlane, KubeletStandIn, build_binaries, free_port, tls_context, wait_for
 from tests.cluster.metrics_standin import MetricsServerStandIn
 
 NODES = [("node-a", "zone-1"), ("node-b", "zone-1"), ("node-c", "zone-2")]
@@ -136,6 +136,31 @@ def metrics_server(control_plane, serving_pki):
 
 MANIFESTS = sorted(p for p in (ROOT / "manifests").rglob("*.yaml") if p.name != "kube-scheduler-configuration.yaml")
 
+# CRDs some manifests need (a user installs them with the operator). Taken from the operator's
+# own Go module at a pinned version, through the Go module proxy like the rest of the build.
+OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
+OPERATOR_CRDS = {"PrometheusRule": "monitoring.coreos.com_prometheusrules.yaml"}
+
+
+def operator_crds(kinds) -> list[Path]:
+    import json as _json
+
+    wanted = [OPERATOR_CRDS[k] for k in sorted(kinds) if k in OPERATOR_CRDS]
+    if not wanted:
+        return []
+    r = subprocess.run(["go", "mod", "download", "-json", OPERATOR_MODULE], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "GOFLAGS": "-mod=mod"}, cwd=tempfile_dir())
+    info = _json.loads(r.stdout or "{}")
+    if r.returncode != 0 or "Dir" not in info:
+        raise RuntimeError(f"go mod download {OPERATOR_MODULE} failed: {info.get('Error') or r.stderr.strip()}")
+    return [Path(info["Dir"]) / "example" / "prometheus-operator-crd" / f for f in wanted]
+
+
+def tempfile_dir() -> str:
+    import tempfile
+
+    return tempfile.gettempdir()
+
 
 @pytest.fixture(scope="session")
 def applied_manifests(control_plane):
@@ -146,6 +171,13 @@ def applied_manifests(control_plane):
     cp.ensure_namespace("shop")  # the examples' namespace; a user's workload namespace exists already
     # Namespaces first, as kubectl would need them for the namespaced objects in the same run.
     cp.kubectl("apply", "--server-side", "-f", str(ROOT / "manifests/adapter/namespace.yaml"))
+    import yaml
+
+    kinds = {d.get("kind") for p in MANIFESTS for d in yaml.safe_load_all(p.read_text()) if isinstance(d, dict)}
+    crds = operator_crds(kinds)
+    if crds:
+        cp.kubectl("apply", "--server-side", *[a for p in crds for a in ("-f", str(p))])
+        cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{p.name[len('monitoring.coreos.com_'):-5]}.monitoring.coreos.com" for p in crds])
     out = cp.kubectl("apply", "--server-side", *[a for p in MANIFESTS for a in ("-f", str(p))]).stdout
     return out
 
@@ -153,6 +185,7 @@ def applied_manifests(control_plane):
 @dataclass
 class Adapter:
     port: int
+    scheduler_port: int
     proc: subprocess.Popen
     log: Path
     redis_url: str
@@ -190,19 +223,24 @@ def foresight_adapter(control_plane, applied_manifests, serving_pki, redis_serve
         "data": {"ca.crt": serving_pki.ca.read_text()}}, "foresight-e2e-cert-manager")
     assert r.status_code in (200, 201), r.text
     injected = cp.admin.json("/api/v1/namespaces/foresight/secrets/foresight-adapter-tls")["data"]["ca.crt"]
-    port = free_port()
+    port, scheduler_port = free_port(), free_port()
     log = d / "serve.log"
+    # The Deployment's arguments, with loopback ports and the service account's token in a
+    # kubeconfig (in a pod it is mounted): the delegated TokenReview/SubjectAccessReview then
+    # run under manifests/adapter/rbac.yaml's system:auth-delegator binding.
+    sa_kubeconfig = cp.service_account_kubeconfig("foresight", "foresight")
     with open(log, "w") as f:
         proc = subprocess.Popen(
             [sys.executable, "-m", "foresight", "serve", f"--store={redis_server.url}", "--host=127.0.0.1", f"--port={port}",
              f"--cert={serving_pki.adapter_cert}", f"--key={serving_pki.adapter_key}",
              f"--requestheader-ca={d / 'requestheader-ca.crt'}", f"--allowed-names=@{d / 'allowed-names.json'}",
+             "--delegated-auth", f"--kubeconfig={sa_kubeconfig}", f"--scheduler-port={scheduler_port}",
              "--cache-ttl=0.5", "--access-log"],
             stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
-    a = Adapter(port, proc, log, redis_server.url)
+    a = Adapter(port, scheduler_port, proc, log, redis_server.url)
     try:
         wait_for("foresight serve /healthz", lambda: proc.poll() is None and httpx.get(
-            f"{a.url}/healthz", verify=str(serving_pki.ca), timeout=2).status_code == 200, timeout=90,
+            f"{a.url}/healthz", verify=tls_context(serving_pki.ca), timeout=2).status_code == 200, timeout=90,
             detail=lambda: log.read_text()[-2000:])
         point_service_at_localhost(cp, "foresight", "foresight-adapter")
         wire_apiservice(cp, "v1beta1.external.metrics.k8s.io", port, injected)

@@ -50,8 +50,9 @@ def foresight_scheduler(control_plane, foresight_adapter, serving_pki, tmp_path_
     conf = yaml.safe_load((ROOT / "manifests/scheduler/kube-scheduler-configuration.yaml").read_text())
     conf["clientConnection"] = {"kubeconfig": str(cp.service_account_kubeconfig("foresight", "foresight-scheduler"))}
     (ext,) = conf["extenders"]
-    assert ext["urlPrefix"] == "https://foresight-adapter.foresight.svc:443/scheduler"
-    ext["urlPrefix"] = f"https://localhost:{foresight_adapter.port}/scheduler"
+    # The adapter Service's "scheduler" port (8444), where `foresight serve --scheduler-port` answers.
+    assert ext["urlPrefix"] == "https://foresight-adapter.foresight.svc:8444/scheduler"
+    ext["urlPrefix"] = f"https://localhost:{foresight_adapter.scheduler_port}/scheduler"
     ca = cp.kubectl("-n", "foresight", "get", "configmap", "foresight-adapter-ca", "-o", "jsonpath={.data.ca\\.crt}").stdout
     (d / "ca.crt").write_text(ca)
     ext["tlsConfig"]["caFile"] = str(d / "ca.crt")
