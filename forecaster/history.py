@@ -37,15 +37,19 @@ def frame_arrays(frame) -> tuple[np.ndarray, np.ndarray]:
 
 
 class Ring:
-    """The window [end - (capacity - 1) x step, end] of one series; NaN = no sample."""
+    """The window [end - (capacity - 1) x step, end] of one series; NaN = no sample. ``rows``
+    spans the oldest and newest points the source answered for (a NaN row included): the
+    window is handed out over that span only, as a full pull would have returned it (a
+    Prometheus range answers for its whole grid; a CSV only where it has rows)."""
 
-    __slots__ = ("values", "step", "end", "pulled_at")
+    __slots__ = ("values", "step", "end", "pulled_at", "rows")
 
     def __init__(self, capacity: int, step: float) -> None:
         self.values = np.full(int(capacity), np.nan)
         self.step = float(step)
         self.end: float | None = None
         self.pulled_at: float | None = None
+        self.rows: tuple[float, float] | None = None
 
     def advance(self, end: float) -> None:
         """Move the window to end at ``end``; slots that enter it are NaN until written."""
@@ -68,12 +72,20 @@ class Ring:
         idx = np.rint((np.asarray(ts, dtype="float64") - first) / self.step).astype(np.int64)
         ok = (idx >= 0) & (idx < len(self.values))
         self.values[idx[ok]] = np.asarray(vals, dtype="float64")[ok]
+        if ok.any():
+            lo, hi = first + self.step * float(idx[ok].min()), first + self.step * float(idx[ok].max())
+            self.rows = (lo, hi) if self.rows is None else (min(lo, self.rows[0]), max(hi, self.rows[1]))
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """(timestamps, values) copies, safe to hand to another thread."""
+        """(timestamps, values) copies over the answered span, safe to hand to another thread."""
         n = len(self.values)
-        ts = self.end - self.step * np.arange(n - 1, -1, -1, dtype="float64")
-        return ts, self.values.copy()
+        if self.end is None or self.rows is None:
+            return np.zeros(0), np.zeros(0)
+        first = self.end - (n - 1) * self.step
+        lo = max(0, int(round((self.rows[0] - first) / self.step)))
+        hi = min(n, int(round((self.rows[1] - first) / self.step)) + 1)
+        ts = first + self.step * np.arange(lo, hi, dtype="float64")
+        return ts, self.values[lo:hi].copy()
 
     @property
     def nbytes(self) -> int:
@@ -134,7 +146,7 @@ class HistoryCache:
             if ring is None:
                 ring = self._rings[series_id] = Ring(self.capacity, self.step)
             if is_full and (ring.end is None or end >= ring.end):
-                ring.end = None  # a full pull replaces the window rather than patching it
+                ring.end, ring.rows = None, None  # a full pull replaces the window rather than patching it
             ring.advance(end)
             _blank(ring, start, end)  # a point the source no longer returns is a gap now
             ring.write(ts, vals)

@@ -316,6 +316,7 @@ class TrainScheduler:
         self.pull_threads = int(pull_threads)
         self.clock = clock
         self._caps: dict[str, dict[str, Any]] = {}
+        self._done_reported = 0
 
     def _pull(self, w, now: float):
         got = _checked(w.series_id, w.demand_query, self.history.pull(w.series_id, w.demand_query, now))
@@ -324,7 +325,6 @@ class TrainScheduler:
     def step(self, now: float) -> dict[str, Any]:
         """Refresh and publish every workload, then queue what is due; returns a report."""
         t0 = self.clock()
-        done_before = self.fits.done
         results: dict[str, dict[str, Any]] = {}
         pulls = _prefetch(lambda w: self._pull(w, now), self.config.workloads, self.pull_threads,
                           ahead=8 * max(1, self.pull_threads))
@@ -340,9 +340,10 @@ class TrainScheduler:
         refreshed_in = self.clock() - t0
         queued = self.queue_due(now, [w for w in self.config.workloads if w.series_id in self._caps])
         self.fits.after_step()
+        done, self._done_reported = self.fits.done - self._done_reported, self.fits.done
         return {"trainer": self.trainer, "results": results, "now": now, "refresh_seconds": refreshed_in,
                 "published": sum(1 for r in results.values() if r.get("published")), "queued": queued,
-                "fits_pending": self.fits.pending(), "fits_done": self.fits.done - done_before,
+                "fits_pending": self.fits.pending(), "fits_done": done,
                 "pulls": {"full": self.history.stats.full, "incremental": self.history.stats.incremental}}
 
     def queue_due(self, now: float, workloads: list) -> list[str]:
