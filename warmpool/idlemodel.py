@@ -3,8 +3,9 @@
 Time is cut into bins (``idle_model.bin_seconds``, default 60 s). A pool's demand in a bin is
 the largest number of containers claimed at once during it. The r-th container of a pool
 (r-th most recently busy) is busy in a bin exactly when demand reaches r, so its idle time is
-the gap since the last bin with demand >= r. For buckets of ranks (1, 2, 3, 4, 5, 6, 8, 10,
-12, 15, ...) the model keeps a histogram of those gaps and estimates the hazard
+the gap since the last bin with demand >= r. For buckets of ranks (each rank alone up to 8,
+then ~25% wider: 10, 12, 15, 18, 22, ...) the model keeps a histogram of those gaps and
+estimates the hazard
 
     h(o) = P(busy o bins after the last busy bin | idle for bins 1 .. o-1)
          = (count(o) + w * prior(o)) / (count(gaps >= o) + w),  prior(o) = scale / (o + 1) ** power
@@ -33,7 +34,7 @@ PRICE_GRID = np.logspace(-6, -1, 41)  # GB-bin prices whose spend is tracked to 
 
 
 def rank_edges(limit: int) -> list[int]:
-    """Lower edges of the rank buckets: 1, 2, 3, 4, 5, 6, 8, 10, 12, 15, ... up to ``limit``."""
+    """Lower edges of the rank buckets: 1, 2, ..., 8, 10, 12, 15, 18, 22, ... up to ``limit``."""
     edges = [1, 2, 3, 4]
     while edges[-1] < limit:
         edges.append(max(edges[-1] + 1, int(edges[-1] * 1.25)))
