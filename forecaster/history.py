@@ -31,6 +31,9 @@ def frame_arrays(frame) -> tuple[np.ndarray, np.ndarray]:
     """One series from a long frame (summed per timestamp if the query returned several)."""
     if frame is None or len(frame) == 0:
         return np.zeros(0), np.zeros(0)
+    ts = frame["timestamp"].astype("int64").to_numpy() / 1e9
+    if frame["series_id"].nunique() == 1 and np.all(np.diff(ts) > 0):  # the usual case, without a groupby
+        return ts.astype("float64"), frame["value"].to_numpy(dtype="float64", copy=True)
     g = frame.groupby("timestamp", sort=True)["value"].sum(min_count=1)
     ts = g.index.astype("int64").to_numpy() / 1e9
     return ts.astype("float64"), g.to_numpy(dtype="float64")
