@@ -7,6 +7,7 @@ import json
 import math
 import time
 from concurrent.futures import Future
+from concurrent.futures import wait as futures_wait
 from dataclasses import replace
 from typing import Any, Callable
 from urllib.parse import parse_qsl, unquote_plus
@@ -266,7 +267,21 @@ class AdapterCore:
         }
 
     # --- REST ---------------------------------------------------------------------------
-    def summary(self, sid: str, fc: Forecast | None, now: float, store_down: bool = False) -> dict:
+    def summaries(self, sids: list[str], now: float) -> list[tuple[dict, Forecast | None]]:
+        """(summary, forecast) of many workloads. Direct reads of observed demand they need
+        are started together and awaited once (at most ``wait_seconds`` in all), never one
+        bounded wait per workload."""
+        found = [(sid, *self.lookup(sid)) for sid in sids]
+        pending: list[Future] = []
+        rows = [(self.summary(sid, fc, now, down, pending), fc) for sid, fc, down in found]
+        if pending and self.observed is not None:
+            futures_wait(pending, timeout=self.observed.wait_seconds)
+            rows = [(self.summary(sid, fc, now, down, []), fc) for sid, fc, down in found]
+        return rows
+
+    def summary(
+        self, sid: str, fc: Forecast | None, now: float, store_down: bool = False, pending: list[Future] | None = None
+    ) -> dict:
         ns, _, name = sid.partition("/")
         row: dict[str, Any] = {
             "namespace": ns,
@@ -288,7 +303,7 @@ class AdapterCore:
         }
         for metric in METRICS:
             try:
-                sv = self.served_or_direct(metric, sid, fc, store_down, now)
+                sv = self.served_or_direct(metric, sid, fc, store_down, now, pending)
                 row["served"][metric] = {
                     "value": sv.value,
                     "quantity": format_quantity(sv.value),
@@ -303,7 +318,7 @@ class AdapterCore:
         return row
 
     def detail(self, sid: str, fc: Forecast, now: float) -> dict:
-        d = self.summary(sid, fc, now)
+        d = self.summaries([sid], now)[0][0]
         d.update(
             {
                 "origin": rfc3339(fc.origin),

@@ -121,8 +121,8 @@ class ObservedDirect:
         self._cache: dict[str, tuple[Observation | None, float]] = {}
         self._inflight: dict[str, Future] = {}
         self._lock = threading.Lock()
-        # Two threads: a stalled query must not hold up every other workload's refresh.
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="foresight-observed")
+        # A few threads: one stalled query must not hold up every other workload's refresh.
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="foresight-observed")
         self._on_error = on_error
         self.last_error: str | None = None
         self.last_ok: float | None = None
@@ -141,13 +141,18 @@ class ObservedDirect:
         try:
             obs = self.reader.observe(series_id)
         except DemandUnavailable as exc:
+            # Returned, not raised: an awaited future's exception would be logged as never retrieved.
+            if self.last_error is None:
+                log.warning("observed demand cannot be read directly: %s", exc)
             self.last_error = str(exc)
             if self._on_error:
                 self._on_error(exc)
-            raise
+            return None
         except Exception as exc:  # noqa: BLE001 - a bad query loses this workload, not the process
             log.warning("observed demand of %s could not be read: %s", series_id, exc)
             obs = None
+        if self.last_error is not None:
+            log.warning("observed demand is readable again")
         self.last_error = None
         self.last_ok = self.clock()
         with self._lock:
@@ -188,7 +193,7 @@ class ObservedDirect:
             return None
         try:
             return fut.result(timeout=self.wait_seconds)
-        except (FutureTimeout, DemandUnavailable):
+        except FutureTimeout:
             return None
 
     def close(self) -> None:

@@ -24,8 +24,5 @@ def register(app: FastAPI, core: AdapterCore) -> None:
         sids = [s for s in core.cache.all_series() if namespace is None or s.partition("/")[0] == namespace]
         per = 24
         chosen = sids[(page - 1) * per : page * per]
-        rows = []
-        for s in chosen:
-            fc = core.cache.get(s)
-            rows.append((core.summary(s, fc, now), fc))
+        rows = core.summaries(chosen, now)
         return HTMLResponse(render_dashboard(rows, settings, page, len(sids), now=now))

@@ -24,10 +24,7 @@ def register(app: FastAPI, core: AdapterCore) -> None:
         now = core.clock()
         sids = [s for s in core.cache.all_series() if namespace is None or s.partition("/")[0] == namespace]
         page = sids[offset : offset + limit]
-        items = []
-        for sid in page:
-            fc, store_down = core.lookup(sid)
-            items.append(core.summary(sid, fc, now, store_down))
+        items = [row for row, _ in core.summaries(page, now)]
         return JSONResponse({"count": len(sids), "offset": offset, "limit": limit, "items": items})
 
     @app.get("/api/v1/forecasts/{namespace}/{workload}", tags=["forecasts"], summary="One forecast in full")

@@ -245,3 +245,43 @@ def test_with_the_trainer_dead_long_enough_the_stale_forecast_gives_way_to_obser
     assert served["source"] == "observed-direct" and served["value"] == pytest.approx(1.2 / (4 * 0.5))
     assert "stale" in served["reason"]
     assert demand.reads == 1  # one read serves every request within the TTL, not one per request
+
+
+def test_the_rest_listing_waits_once_for_all_direct_reads_not_once_per_workload(redis_alone, monkeypatch):
+    import threading
+
+    import adapter.core
+    from adapter.fallback import ObservedDirect
+    from fastapi.testclient import TestClient
+
+    release = threading.Event()
+
+    class Stalled:
+        def knows(self, sid):
+            return True
+
+        def observe(self, sid):
+            release.wait(30)  # a Prometheus that accepts and does not answer
+            return None
+
+    blocking_gets, waits = [], []
+    real_get, real_wait = ObservedDirect.get, adapter.core.futures_wait
+    monkeypatch.setattr(ObservedDirect, "get", lambda self, sid, pending=None: (
+        blocking_gets.append(sid) if pending is None else None) or real_get(self, sid, pending))
+    monkeypatch.setattr(adapter.core, "futures_wait", lambda fs, timeout: waits.append(len(fs)) or real_wait(fs, timeout))
+    names = [f"w{i}" for i in range(8)]
+    settings = AdapterSettings(cache=CacheSettings(ttl_seconds=0.1, max_stale_seconds=0.1),
+                               workload_labels={f"shop/{n}": {"workload": n} for n in names})
+    redis_alone.proc.kill()
+    redis_alone.proc.wait()
+    app = create_app(settings, RedisForecastStore(redis_alone.url, socket_timeout=0.2), demand=Stalled(),
+                     observed_direct=ObservedDirectSettings(wait_seconds=0.5))
+    try:
+        with TestClient(app) as c:
+            r = c.get("/api/v1/forecasts")
+        assert r.status_code == 200 and len(r.json()["items"]) == 8
+        assert {i["served"]["predicted_cpu_cores"]["source"] for i in r.json()["items"]} == {"none"}
+        assert blocking_gets == []  # no read is waited for on its own
+        assert waits == [16]  # one bounded wait for the 8 workloads x 2 metrics
+    finally:
+        release.set()
