@@ -250,9 +250,10 @@ def test_with_the_trainer_dead_long_enough_the_stale_forecast_gives_way_to_obser
 def test_the_rest_listing_waits_once_for_all_direct_reads_not_once_per_workload(redis_alone, monkeypatch):
     import threading
 
+    from fastapi.testclient import TestClient
+
     import adapter.core
     from adapter.fallback import ObservedDirect
-    from fastapi.testclient import TestClient
 
     release = threading.Event()
 
@@ -285,3 +286,37 @@ def test_the_rest_listing_waits_once_for_all_direct_reads_not_once_per_workload(
         assert waits == [16]  # one bounded wait for the 8 workloads x 2 metrics
     finally:
         release.set()
+
+
+def test_foresight_up_serves_its_replayed_trace_demand_when_its_store_is_down(redis_alone):
+    """`foresight up --store redis://...`: the adapter's demand source is the replayed history."""
+    import importlib.resources as res
+
+    import numpy as np
+    from fastapi.testclient import TestClient
+
+    from adapter.quantity import parse_quantity
+    from forecaster.sources.csv import read_long_csv
+    from foresight.up import Clock, Forecasting, TraceDemand, demo_workloads, reactive_ready_pods
+
+    frame = read_long_csv(str(res.files("foresight") / "data" / "traces.csv.gz"))
+    workloads = demo_workloads(frame, pods_at_p99=10, cpu_request=0.5)
+    w = workloads[0]
+    clock = Clock(trace0=float(w.trace_ts[0]) + 14 * 86400, wall0=time.time())
+    demand = TraceDemand(Forecasting(RedisForecastStore(redis_alone.url), workloads, clock, ("persistence",)))
+    obs = demand.observe(w.series_id)
+    _, visible = demand.forecasting.visible(w, time.time())
+    assert obs.cores == pytest.approx(float(visible[~np.isnan(visible)][-1]))
+    assert obs.ready_pods == reactive_ready_pods(obs.cores, 0.5) and obs.cpu_request_cores == 0.5
+    redis_alone.proc.kill()
+    redis_alone.proc.wait()
+    settings = AdapterSettings(cache=CacheSettings(ttl_seconds=0.1, max_stale_seconds=0.1),
+                               workload_labels={x.series_id: {"workload": x.name} for x in workloads},
+                               workload_capacity={x.series_id: {"cpu_request_cores": 0.5} for x in workloads})
+    app = create_app(settings, RedisForecastStore(redis_alone.url, socket_timeout=0.2), demand=demand)
+    with TestClient(app) as c:
+        r = c.get(f"{EXT}/namespaces/demo/predicted_cpu_load_ratio", params={"labelSelector": f"workload={w.name}"})
+        assert c.get("/readyz").status_code == 200
+    assert r.status_code == 200
+    served = float(parse_quantity(r.json()["items"][0]["value"]))
+    assert served == pytest.approx(obs.cores / (obs.ready_pods * 0.5), rel=1e-6)
