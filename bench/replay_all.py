@@ -58,6 +58,11 @@ COST_VARIANTS = {  # serving.violation_cost_pods, the one documented knob of the
     "ours cost 40": ("predictive", {}, {"violation_cost_pods": 40.0}),
     "ours cost 150": ("predictive", {}, {"violation_cost_pods": 150.0}),
 }
+WINDOW_VARIANTS = {  # the HPA's scale-down stabilization window (behavior in the HPA manifest)
+    "ours sd120": ("predictive", {}, {}, {"scale_down_window_seconds": 120}),
+    "ours sd60": ("predictive", {}, {}, {"scale_down_window_seconds": 60}),
+    "r70 sd120 (reactive, not on the frontier)": ("reactive", None, None, {"scale_down_window_seconds": 120}),
+}
 
 
 def load_series(min_days: float = 21.0):
@@ -90,8 +95,12 @@ def _replay_one(args):
     r = run_mode(world, "oracle", base)
     rows.append({**r.row(), "variant": "oracle", "target": 0.7})
     feeds = {}
-    for name, (mode, tr, sv) in variants.items():
-        cfg = replace(base, pipeline=_pipeline(tr, sv))
+    for name, (mode, tr, sv, *rest) in variants.items():
+        if mode == "reactive":  # a reactive variant with other HPA settings (not on the frontier)
+            r = run_mode(world, "reactive", replace(base, **rest[0]))
+            rows.append({**r.row(), "variant": name, "target": base.target})
+            continue
+        cfg = replace(base, pipeline=_pipeline(tr, sv), **(rest[0] if rest else {}))
         key = (repr(sorted(tr.items())), repr(sorted(sv.items())))
         if key not in feeds:  # the warm variant reads the same publications
             feeds[key] = production_feed(world, cfg)
@@ -234,7 +243,7 @@ def plot_examples(df: pd.DataFrame, per: dict, series, variants: dict, startup_k
     pick = list(rows.sort_values("excess", ascending=False).head(3).series_id) + list(rows.sort_values("excess").head(1).series_id)
     by_id = {sid: (ts, v) for sid, ts, v in series}
     base = ReplayConfig(startup=StartupModel(startup_kind, 60.0))
-    mode, tr, sv = variants["ours"]
+    mode, tr, sv = variants["ours"][:3]
     out = []
     for sid in pick:
         ts, v = by_id[sid]
@@ -260,7 +269,7 @@ def main(argv=None) -> int:
     ap.add_argument("--every", type=int, default=1, help="replay every N-th series (tuning)")
     ap.add_argument("--offset", type=int, default=0, help="start the every-N-th selection at this series (a second tuning subset)")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--variants", default="main", choices=["main", "costs"],
+    ap.add_argument("--variants", default="main", choices=["main", "costs", "windows"],
                     help="main: ours (a default deployment), ours+warm, simple AR p90; costs: main plus two "
                          "serving.violation_cost_pods settings")
     ap.add_argument("--startup", default="constant", choices=["constant", "lognormal"], help="pod start-up model (constant 60 s = the reference)")
@@ -268,7 +277,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from tqdm import tqdm
 
-    variants = {"main": MAIN_VARIANTS, "costs": {**MAIN_VARIANTS, **COST_VARIANTS}}[args.variants]
+    variants = {"main": MAIN_VARIANTS, "costs": {**MAIN_VARIANTS, **COST_VARIANTS},
+                "windows": {"ours": MAIN_VARIANTS["ours"], **WINDOW_VARIANTS}}[args.variants]
     series = load_series()[args.offset :: args.every]
     print(f"replaying {len(series)} series with {len(variants)} predictive variants, {len(REACTIVE_TARGETS)} reactive targets, oracle")
     t_start = time.time()
@@ -312,7 +322,7 @@ def main(argv=None) -> int:
         "series": int(df.series_id.nunique()),
         "elapsed_seconds": round(elapsed, 1),
         "startup": args.startup,
-        "variants": {k: [m, tr, sv] for k, (m, tr, sv) in variants.items()},
+        "variants": {k: list(v) for k, v in variants.items()},
         "totals": json.loads(tot.to_json(orient="index")),
         "medians": json.loads(med.to_json(orient="index")),
         "per_series_equal_cost": summary,

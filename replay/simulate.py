@@ -33,12 +33,19 @@ forecast is used from s + delay on (tests/replay/test_simulate.py perturbs the f
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 import numpy as np
 
-from replay.hpa import HPA, HPASpec, external_value_proposal, milli, resource_utilization_proposal
+from replay.hpa import (
+    DEFAULT_SCALE_DOWN,
+    HPA,
+    HPASpec,
+    external_value_proposal,
+    milli,
+    resource_utilization_proposal,
+)
 from replay.pipeline import PipelineConfig, ProductionFeed
 
 __all__ = [
@@ -103,9 +110,14 @@ class ReplayConfig:
     warm_claim_seconds: float | None = None
     seed: int = 0
     cores_per_unit: float | None = None  # fixes k instead of deriving it from the p99
+    # the HPA's behavior.scaleDown.stabilizationWindowSeconds (None = Kubernetes' 300 s)
+    scale_down_window_seconds: int | None = None
 
     def hpa_spec(self) -> HPASpec:
-        return HPASpec(min_replicas=self.min_replicas, max_replicas=self.max_replicas)
+        down = DEFAULT_SCALE_DOWN
+        if self.scale_down_window_seconds is not None:
+            down = replace(down, stabilization_window_seconds=int(self.scale_down_window_seconds))
+        return HPASpec(min_replicas=self.min_replicas, max_replicas=self.max_replicas, scale_down=down)
 
 
 @dataclass
