@@ -226,10 +226,29 @@ def run_old(config, source: TraceSource, store: RecordingStore, states: list, fr
     n = len(config.workloads)
     pull_s = counts["pulls_done_at"] or (t_end - t_start) * n / max(1, counts["pulls"])
     fit_s = (t_end - t_start) - (counts["pulls_done_at"] or t_end - t_start)
-    fits_per_s = counts["fits"] / fit_s if counts["fits"] and fit_s > 0 else float("nan")
-    cycle = pull_s + n / fits_per_s if fits_per_s == fits_per_s else float("nan")
+    per_fit = fit_s / counts["fits"] if counts["fits"] >= 10 else sample_fit_seconds(config, source, trainer, fit)
     return {"t_start": t_start, "t_measure": t_measure, "t_end": t_end, "pulls": counts["pulls"], "fits_done": counts["fits"],
-            "pull_phase_seconds": pull_s, "fits_per_second": fits_per_s, "projected_cycle_seconds": cycle}
+            "pull_phase_seconds": pull_s, "pull_phase_projected": counts["pulls_done_at"] is None,
+            "fits_per_second": 1.0 / per_fit, "projected_cycle_seconds": pull_s + n * per_fit}
+
+
+def sample_fit_seconds(config, source: TraceSource, trainer, fit, k: int = 12) -> float:
+    """When the old loop was stopped before its fits: what one of its fit-and-refresh steps costs
+    (the same ``step_workload`` call train_once makes per due workload)."""
+    from forecaster.schedule import workload_meta
+    from forecaster.training import step_workload
+
+    trainer.fit = fit
+    t0, now = time.time(), time.time()
+    for w in config.workloads[:k]:
+        end = math.floor(now / STEP) * STEP
+        from forecaster.history import frame_arrays
+
+        ts, vals = frame_arrays(source.fetch(w.demand_query, end - config.source.history_days * 86400, end, STEP, w.series_id))
+        step_workload(trainer, w.series_id, ts, vals, now, workload_meta(w, {"cpu_request_cores": 1.0}), fit=True)
+    per = (time.time() - t0) / k
+    print(f"  old: the loop was stopped while pulling; {k} of its fit-and-refresh steps took {per:.2f} s each", flush=True)
+    return per
 
 
 def ages(events: list[tuple[int, float, float]], n: int, t0: float, t1: float, dt: float = 1.0) -> dict:

@@ -236,22 +236,53 @@ class InlineFits(_Queue):
         while self.clock() < deadline and self.run_one():
             pass
 
+    def hold(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
     def stop(self) -> None:
         pass
 
 
 class ThreadFits(_Queue):
-    """Fits run in their own thread, beside the refresh loop, most due first."""
+    """Fits run in their own thread, beside the refresh loop, most due first.
 
-    def __init__(self, start: bool = True) -> None:
+    Refreshes come first: while a refresh step holds the worker (``hold``/``release``) no new
+    fit starts, for at most ``max_hold_seconds`` of a step (then fits run beside it anyway, so a
+    refresh step longer than that cannot starve them). The fit already running goes on: a
+    refresh never waits for it. In one process the two share one interpreter lock; without the
+    hold a retrain would stretch every refresh step."""
+
+    def __init__(self, start: bool = True, max_hold_seconds: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
+        self.max_hold_seconds = float(max_hold_seconds)
+        self.clock = clock
+        self._held_since: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="foresight-fits", daemon=True)
         if start:
             self._thread.start()
 
+    def hold(self) -> None:
+        with self.cond:
+            self._held_since = self.clock()
+
+    def release(self) -> None:
+        with self.cond:
+            self._held_since = None
+            self.cond.notify_all()
+
+    def _held(self) -> bool:
+        return self._held_since is not None and self.clock() - self._held_since < self.max_hold_seconds
+
     def _loop(self) -> None:
         while not self._stop.is_set():
+            with self.cond:
+                while self._held() and not self._stop.is_set():
+                    self.cond.wait(timeout=0.5)
             if not self.run_one():
                 with self.cond:
                     self.cond.wait(timeout=1.0)
@@ -325,6 +356,21 @@ class TrainScheduler:
     def step(self, now: float) -> dict[str, Any]:
         """Refresh and publish every workload, then queue what is due; returns a report."""
         t0 = self.clock()
+        self.fits.hold()
+        try:
+            results = self._refresh_all(now)
+        finally:
+            self.fits.release()
+        refreshed_in = self.clock() - t0
+        queued = self.queue_due(now, [w for w in self.config.workloads if w.series_id in self._caps])
+        self.fits.after_step()
+        done, self._done_reported = self.fits.done - self._done_reported, self.fits.done
+        return {"trainer": self.trainer, "results": results, "now": now, "refresh_seconds": refreshed_in,
+                "published": sum(1 for r in results.values() if r.get("published")), "queued": queued,
+                "fits_pending": self.fits.pending(), "fits_done": done,
+                "pulls": {"full": self.history.stats.full, "incremental": self.history.stats.incremental}}
+
+    def _refresh_all(self, now: float) -> dict[str, dict[str, Any]]:
         results: dict[str, dict[str, Any]] = {}
         pulls = _prefetch(lambda w: self._pull(w, now), self.config.workloads, self.pull_threads,
                           ahead=8 * max(1, self.pull_threads))
@@ -337,14 +383,7 @@ class TrainScheduler:
             (ts, vals), cap = got
             self._caps[sid] = cap[0]
             results[sid] = _publish(self.trainer, w, ts, vals, now, cap, fit=False, retrained=False)
-        refreshed_in = self.clock() - t0
-        queued = self.queue_due(now, [w for w in self.config.workloads if w.series_id in self._caps])
-        self.fits.after_step()
-        done, self._done_reported = self.fits.done - self._done_reported, self.fits.done
-        return {"trainer": self.trainer, "results": results, "now": now, "refresh_seconds": refreshed_in,
-                "published": sum(1 for r in results.values() if r.get("published")), "queued": queued,
-                "fits_pending": self.fits.pending(), "fits_done": done,
-                "pulls": {"full": self.history.stats.full, "incremental": self.history.stats.incremental}}
+        return results
 
     def queue_due(self, now: float, workloads: list) -> list[str]:
         """Queue the global model (when due) ahead of the due per-series fits, most due first."""
@@ -389,7 +428,7 @@ def run_schedule(config, source, store, *, clock: Callable[[], float] = time.tim
     """Every ``refresh_interval_seconds`` one ``TrainScheduler.step``; fits run on ``fits``
     (a ``ThreadFits`` by default) and never delay the next step."""
     trainer = trainer_from_config(config, store, clock)
-    fits = fits if fits is not None else ThreadFits()
+    fits = fits if fits is not None else ThreadFits(max_hold_seconds=config.training.refresh_interval_seconds)
     sched = TrainScheduler(config, source, trainer, fits=fits, pull_threads=pull_threads, clock=clock)
     interval = config.training.refresh_interval_seconds
     i = 0

@@ -221,3 +221,57 @@ def test_the_csv_source_works_incrementally():
     np.testing.assert_array_equal(ts, f_ts)
     np.testing.assert_array_equal(vals, f_vals)
     assert np.isfinite(vals[-1]) and cache.stats.incremental == 1
+
+
+def test_the_global_model_trains_on_the_fit_worker_first_and_refreshes_go_on_meanwhile():
+    config = _config(2, ["persistence"])
+    store = MemoryForecastStore()
+    now = [T0]
+    trainer = trainer_from_config(config, store, clock=lambda: now[0])
+    trainer.candidates = ("persistence", "lstm")  # a fleet model, without training a real LSTM
+    started, release, seen = threading.Event(), threading.Event(), []
+
+    def fit_global(data, now=None):
+        seen.append(sorted(data))
+        started.set()
+        release.wait(timeout=120)
+        trainer.global_fitted_at = now
+
+    trainer.fit_global = fit_global
+    fits = ThreadFits()
+    sched = TrainScheduler(config, SineSource(), trainer, fits=fits, clock=lambda: now[0], pull_threads=1)
+    try:
+        assert sched.step(now[0])["queued"] == ["<global>", "ns/w0", "ns/w1"]
+        assert started.wait(timeout=30)
+        now[0] += 60
+        out = sched.step(now[0])
+        assert out["published"] == 2 and out["fits_pending"] == 3 and out["queued"] == []
+        assert store.latest("ns/w0").generated_at == now[0]
+        release.set()
+        assert fits.wait_idle(timeout=60)
+        assert seen == [["ns/w0", "ns/w1"]] and trainer.global_fitted_at == T0
+        assert all(trainer.state(f"ns/w{i}").fitted for i in range(2))
+    finally:
+        release.set()
+        fits.stop()
+
+
+def test_a_held_fit_worker_starts_no_fit_until_released_or_held_too_long():
+    now = [0.0]
+    fits = ThreadFits(max_hold_seconds=60.0, clock=lambda: now[0])
+    ran = threading.Event()
+    try:
+        fits.hold()  # a refresh step is running
+        fits.put("a", (0, 0.0), ran.set)
+        assert not ran.wait(timeout=1.0) and fits.pending() == 1
+        fits.release()
+        assert ran.wait(timeout=30)
+        ran.clear()
+        fits.hold()
+        fits.put("b", (0, 0.0), ran.set)
+        assert not ran.wait(timeout=1.0)
+        now[0] = 61.0  # the refresh step outlasted max_hold_seconds: fits may not starve
+        assert ran.wait(timeout=30)
+    finally:
+        fits.release()
+        fits.stop()
