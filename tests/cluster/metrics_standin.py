@@ -45,6 +45,8 @@ class Fetch:
     unready: int
     reported: int  # ready pods with a metric
     usage_milli: int  # total usage over the reported ready pods
+    demand_milli: int = 0  # the script's demand at that request
+    missing: int = 0  # the script's missing pods at that request
 
 
 @dataclass
@@ -138,7 +140,7 @@ class MetricsServerStandIn:
             if p["status"].get("phase") == "Running" and not ready(p):
                 items.append(self._item(p, 10, stamp))
         self.fetches.append(Fetch(t, namespace, app, len(pods), len(ready_pods), len(pods) - len(ready_pods),
-                                  len(reporting), demand if reporting else 0))
+                                  len(reporting), demand if reporting else 0, demand, script.missing))
         return {"kind": "PodMetricsList", "apiVersion": "metrics.k8s.io/v1beta1", "metadata": {}, "items": items}
 
     @staticmethod

@@ -4,12 +4,16 @@ Each scenario is a Deployment (pods request 500m CPU) with an autoscaling/v2 HPA
 utilization (target 50%), and a script of steps: total CPU demand, how many of the newest pods
 are not Ready, how many ready pods report no metrics. The real kube-controller-manager runs the
 HPA (sync every 2 s) against the metrics-server stand-in and the kubelet stand-in. replay/hpa.py
-replays the same script in closed loop (its own replica count decides its own ready pods) at
-the instants the real controller synced (each sync is one pod-metrics request, logged by the
-stand-in). The replica counts at the end of every step must agree.
+replays the same script in closed loop (its own replica count, its own stabilization and rate
+state) at the instants the real controller synced (each sync is one pod-metrics request, logged
+by the stand-in), with the not-ready pod count the stand-in reported at that sync. The replica
+counts at the end of every step, and the sequence of counts over all syncs, must agree.
 
-Windows and policy periods (9, 11, 21 s) are deliberately not multiples of the 2 s sync period,
-so that no decision hinges on milliseconds of timing between the two.
+Windows and policy periods (9, 11, 17 s) lie between multiples of the sync spacing (2.0 to
+2.1 s in practice: the controller re-queues 2 s after it finishes a sync), so that no decision
+hinges on milliseconds. Where one still does (the controller stamps its records when it
+decides, the replay when the metrics were fetched, some milliseconds earlier), the two differ
+by one sync; such syncs are listed in the table and the sequences of counts must still agree.
 
 The table is written to $FORESIGHT_FIDELITY_OUT (bench/results/hpa_fidelity.csv when run with
 `make e2e`) and to the test's temp dir.
@@ -52,6 +56,7 @@ class Scenario:
     steps: list[Step]
     covers: str
     real: list[tuple[float, int]] = field(default_factory=list)  # (t, spec.replicas) polled
+    applied: list[tuple[float, int]] = field(default_factory=list)  # (t, step index) as the stand-ins got it
     t0: float = 0.0
 
 
@@ -70,9 +75,9 @@ SCENARIOS = [
              [Step(40, 4500), Step(40, 600)],
              "scale-up Pods/Percent with selectPolicy Max, scale-down with selectPolicy Min, 11 s periods"),
     Scenario("stabilization", 3, HPASpec(1, 10, scale_up=rules(9, "Max", ("Pods", 10, 15)),
-                                         scale_down=rules(21, "Max", ("Percent", 100, 15))),
+                                         scale_down=rules(17, "Max", ("Percent", 100, 15))),
              [Step(6, 750), Step(16, 1500), Step(30, 500), Step(4, 1500), Step(12, 500)],
-             "9 s scale-up and 21 s scale-down stabilization windows; a spike shorter than the up window"),
+             "9 s scale-up and 17 s scale-down stabilization windows; a spike shorter than the up window"),
     Scenario("unready-missing", 4, HPASpec(1, 12, scale_up=rules(0, "Max", ("Pods", 4, 15), ("Percent", 100, 15)),
                                            scale_down=rules(0, "Max", ("Percent", 100, 15))),
              [Step(8, 1000, unready=2), Step(10, 1400, unready=2), Step(10, 600, missing=1), Step(10, 1800, missing=1),
@@ -128,6 +133,7 @@ def run_real(cp, metrics, sc: Scenario) -> None:
     r = cp.admin.post(f"/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers", _hpa(sc))
     assert r.status_code == 201, r.text
     sc.t0 = time.time()
+    sc.applied.append((0.0, 0))
     bounds = []
     acc = sc.t0
     for st in sc.steps:
@@ -144,28 +150,30 @@ def run_real(cp, metrics, sc: Scenario) -> None:
             st = bounds[k][1]
             metrics.scripts[key] = Script(demand_milli=st.demand_milli, missing=st.missing)
             cp.standin.unready[key] = st.unready
+            sc.applied.append((time.time(), k))
         sc.real.append((time.time(), cp.admin.json(path)["spec"]["replicas"]))
         time.sleep(0.25)
     cp.admin.delete(f"/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers/{sc.name}")
 
 
-def replay(sc: Scenario, sync_times: list[float]) -> list[tuple[float, int]]:
-    """replay/hpa.py in closed loop at the real controller's sync instants."""
+def replay(sc: Scenario, syncs: list) -> list[tuple[float, int]]:
+    """replay/hpa.py in closed loop at the real controller's sync instants.
+
+    Inputs per sync are what the stand-ins served to that sync: the script's demand and missing
+    pods (the driver switches steps a fraction of a second after each boundary, so the clock
+    alone would run ahead of them), and the not-ready pods (pods take a fraction of a second to
+    turn Ready or to start after a scale-up; the real controller counts them as not ready
+    meanwhile). The replica count, the recommendations and the scale events are the replay's own."""
     hpa = HPA(spec=sc.spec)
     S = sc.replicas
     out = []
-    for t in sync_times:
-        el, st = t - sc.t0, sc.steps[-1]
-        for s in sc.steps:
-            if el < s.seconds:
-                st = s
-                break
-            el -= s.seconds
-        unready = min(st.unready, S)
+    for f in syncs:
+        t = f.t
+        unready = min(f.unready, S)
         ready = S - unready
-        reporting = max(0, ready - st.missing)
+        reporting = max(0, ready - f.missing)
         missing = ready - reporting
-        p = resource_utilization_proposal(sc.spec, S, st.demand_milli if reporting else 0, reporting, REQUEST_MILLI,
+        p = resource_utilization_proposal(sc.spec, S, f.demand_milli if reporting else 0, reporting, REQUEST_MILLI,
                                           TARGET_PERCENT, unready_pods=unready, missing_pods=missing)
         S = hpa.sync(t, S, [p]).desired
         out.append((t, S))
@@ -204,11 +212,14 @@ def test_the_real_hpa_controller_and_replay_hpa_scale_alike(control_plane, metri
     cp.check_alive()
 
     rows = []
+    sequences: dict[str, tuple[list[int], list[int], int, int]] = {}
+    disagreements: list[str] = []
     for sc in SCENARIOS:
         ns = f"fid-{sc.name}"
-        syncs = [f.t for f in metrics_server.fetches if f.namespace == ns and f.t >= sc.t0 - 0.5]
+        fetches = [f for f in metrics_server.fetches if f.namespace == ns and f.t >= sc.t0 - 0.5]
+        syncs = [f.t for f in fetches]
         assert len(syncs) >= sum(s.seconds for s in sc.steps) / 2 / 2, f"{sc.name}: only {len(syncs)} HPA syncs"
-        rep = replay(sc, syncs)
+        rep = replay(sc, fetches)
         end = sc.t0
         for i, st in enumerate(sc.steps):
             end += st.seconds
@@ -221,17 +232,34 @@ def test_the_real_hpa_controller_and_replay_hpa_scale_alike(control_plane, metri
             rows.append({"scenario": sc.name, "step": i + 1, "t_end_s": round(end - sc.t0, 1),
                          "demand_millicores": st.demand_milli, "unready_pods": st.unready, "missing_pods": st.missing,
                          "real_replicas": real, "replay_replicas": ours, "match": real == ours, "covers": sc.covers})
-    _write(rows, tmp_path / "hpa_fidelity.csv")
+        # Every sync, not only step ends: the replica count each side had written after it.
+        per_sync = [(_at(sc.real, t + 1.0, sc.replicas), _at(rep, t, sc.replicas)) for t in syncs if t <= end]
+        fetched = {f.t: f for f in metrics_server.fetches if f.namespace == ns}
+        for t, (a, b) in zip([t for t in syncs if t <= end], per_sync):
+            if a != b:
+                f = fetched[t]
+                disagreements.append(f"{sc.name} sync at {t - sc.t0:.1f} s: real {a}, replay {b} (the stand-in saw "
+                                     f"{f.pods} pods, {f.ready} ready, {f.unready} not ready, {f.reported} reporting)")
+        sequences[sc.name] = (_runs([a for a, _ in per_sync]), _runs([b for _, b in per_sync]),
+                              sum(a == b for a, b in per_sync), len(per_sync))
+    _write(rows, tmp_path / "hpa_fidelity.csv", sequences, disagreements)
     if os.environ.get("FORESIGHT_FIDELITY_OUT"):
-        _write(rows, Path(os.environ["FORESIGHT_FIDELITY_OUT"]))
+        _write(rows, Path(os.environ["FORESIGHT_FIDELITY_OUT"]), sequences, disagreements)
     # each scenario must actually move, or it proves nothing
     for sc in SCENARIOS:
         assert len({r["real_replicas"] for r in rows if r["scenario"] == sc.name}) >= 2, sc.name
     diff = [r for r in rows if not r["match"]]
     assert not diff, "real HPA vs replay/hpa.py:\n" + "\n".join(map(str, diff))
+    for name, (real_seq, replay_seq, same, n) in sequences.items():
+        assert real_seq == replay_seq, f"{name}: real {real_seq} vs replay {replay_seq} ({same}/{n} syncs agree)"
 
 
-def _write(rows: list[dict], path: Path) -> None:
+def _runs(xs: list[int]) -> list[int]:
+    """The sequence of distinct consecutive values (4, 4, 6, 6, 9 -> 4, 6, 9)."""
+    return [x for i, x in enumerate(xs) if i == 0 or xs[i - 1] != x]
+
+
+def _write(rows: list[dict], path: Path, sequences: dict, disagreements: list[str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -247,4 +275,10 @@ def _write(rows: list[dict], path: Path) -> None:
     md.write_text("# HPA fidelity: the real HPA controller (kube-controller-manager v1.35.4) vs replay/hpa.py\n\n"
                   "Produced by tests/e2e/test_hpa_fidelity.py. Pods request 500m CPU; target utilization 50%;\n"
                   "HPA sync every 2 s; replicas at the end of each step.\n\n"
-                  + "\n".join(f"- **{s}**: {c}" for s, c in covers) + "\n\n" + "\n".join(lines) + "\n")
+                  + "\n".join(f"- **{s}**: {c}" for s, c in covers) + "\n\n" + "\n".join(lines) + "\n\n"
+                  + "Replica sequences over every sync (consecutive repeats collapsed):\n\n"
+                  "| scenario | real HPA | replay/hpa.py | syncs agreeing |\n|---|---|---|---|\n"
+                  + "".join(f"| {k} | {' > '.join(map(str, a))} | {' > '.join(map(str, b))} | {same}/{n} |\n"
+                            for k, (a, b, same, n) in sequences.items())
+                  + "\nSyncs where the two disagreed for one sync period:\n\n"
+                  + ("".join(f"- {d}\n" for d in disagreements) or "- none\n"))

@@ -1,11 +1,11 @@
 """The real HPA controller scales on foresight's forecast, ahead of a reactive HPA.
 
 Demand of shop/checkout follows a daily pattern: flat 0.6 cores, then every day at the same time
-a ramp of 0.25 cores per minute. Three days of it are backfilled into a real Prometheus; the
+a ramp of 0.6 cores per minute (up to 3 cores). Three days of it are backfilled into a real Prometheus; the
 ramp's next occurrence starts 45 s after the test begins. ``foresight train`` (the real CLI)
 reads the history and publishes a forecast into real Redis; ``foresight serve`` serves it
 through the aggregator; manifests/hpa-example.yaml (applied as is) makes the real HPA scale
-Deployment shop/checkout on ``predicted_cpu_load_ratio``.
+Deployment shop/checkout on ``predicted_cpu_load_ratio`` (beside its CPU-utilization floor).
 
 Beside it, a reactive HPA on CPU utilization (70%) scales shop/checkout-reactive on the same
 demand, reported as it happens by the metrics-server stand-in (with no scrape or rate-window
@@ -24,14 +24,14 @@ import time
 import pytest
 import yaml
 
-from replay.hpa import HPA, HPASpec, ScalingPolicy, ScalingRules, external_value_proposal
+from replay.hpa import HPA, HPASpec, ScalingPolicy, ScalingRules, external_value_proposal, resource_utilization_proposal
 from tests.cluster.controlplane import ROOT, wait_for
 from tests.cluster.metrics_standin import Script
 
 pytestmark = [pytest.mark.e2e]
 
 STEP = 60
-BASE, SLOPE_PER_MIN, PEAK = 0.6, 0.25, 2.5
+BASE, SLOPE_PER_MIN, PEAK = 0.6, 0.6, 3.0
 DAY = 86400
 
 
@@ -84,7 +84,9 @@ def test_the_real_hpa_scales_on_the_forecast_before_a_reactive_hpa(control_plane
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0 and "shop/checkout: published" in r.stdout, r.stdout + r.stderr
 
-    metrics_server.scripts[("shop", "checkout-reactive")] = Script(demand_fn=lambda t: demand(t, ramp_tod))
+    # Both workloads see the same demand; the example HPA's CPU metric (its reactive floor) reads it too.
+    for name in ("checkout", "checkout-reactive"):
+        metrics_server.scripts[("shop", name)] = Script(demand_fn=lambda t: demand(t, ramp_tod))
     for name in ("checkout", "checkout-reactive"):
         r = cp.admin.post("/apis/apps/v1/namespaces/shop/deployments", _deployment(name))
         assert r.status_code == 201, r.text
@@ -119,17 +121,21 @@ def test_the_real_hpa_scales_on_the_forecast_before_a_reactive_hpa(control_plane
 
     # The predictive HPA's decision, recomputed by replay/hpa.py from what the controller recorded.
     st = hpa_pred["status"]
-    (cur,) = st["currentMetrics"]
-    assert cur["type"] == "External" and cur["external"]["metric"]["name"] == "predicted_cpu_load_ratio"
-    value = _quantity(cur["external"]["current"]["value"])
+    cur = {m["type"]: m for m in st["currentMetrics"]}
+    assert cur["External"]["external"]["metric"]["name"] == "predicted_cpu_load_ratio"
+    value = _quantity(cur["External"]["external"]["current"]["value"])
+    cpu_percent = cur["Resource"]["resource"]["current"]["averageUtilization"]
     b = example["spec"]["behavior"]
     spec = HPASpec(example["spec"]["minReplicas"], example["spec"]["maxReplicas"],
                    scale_up=ScalingRules(b["scaleUp"]["stabilizationWindowSeconds"], b["scaleUp"]["selectPolicy"],
                                          tuple(ScalingPolicy(p["type"], p["value"], p["periodSeconds"]) for p in b["scaleUp"]["policies"])),
                    scale_down=ScalingRules(b["scaleDown"]["stabilizationWindowSeconds"], b["scaleDown"]["selectPolicy"],
                                            tuple(ScalingPolicy(p["type"], p["value"], p["periodSeconds"]) for p in b["scaleDown"]["policies"])))
-    proposal = external_value_proposal(spec, 2, [value], 0.7, ready_pods=2)
-    assert HPA(spec=spec).sync(t_pred, 2, [proposal]).desired == st["desiredReplicas"], (value, st)
+    proposals = [resource_utilization_proposal(spec, 2, cpu_percent * 500 * 2 // 100, 2, 500, 70),
+                 external_value_proposal(spec, 2, [value], 0.7, ready_pods=2)]
+    assert HPA(spec=spec).sync(t_pred, 2, proposals).desired == st["desiredReplicas"], (value, cpu_percent, st)
+    # It was the forecast that moved it: the CPU floor alone would have kept 2 replicas.
+    assert proposals[0] <= 2 < proposals[1], proposals
 
     # ... and the controller acted on it: the Deployment was scaled.
     wait_for("shop/checkout scaled up by the HPA",
