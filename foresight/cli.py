@@ -8,6 +8,7 @@ imports at module level, so ``foresight --help`` stays fast):
     adapter.cli           serve
     warmpool.cli          warmpool ...
     replay.cli            replay
+    kubeoperator.cli      operator
     foresight.up          up
 """
 
@@ -25,6 +26,7 @@ COMMAND_MODULES = [
     "adapter.cli",
     "warmpool.cli",
     "replay.cli",
+    "kubeoperator.cli",
 ]
 
 

@@ -1,0 +1,65 @@
+"""``foresight operator``: PredictiveAutoscaler and WarmPool resources (light module)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "operator",
+        help="reconcile PredictiveAutoscaler and WarmPool resources (HPAs, status, trainer config)",
+        description=(
+            "Watches foresight.dev PredictiveAutoscalers and WarmPools. For each autoscaler it owns an HPA "
+            "(predicted metrics plus the reactive CPU floor), adds its workloads to the trainer's config, and "
+            "writes the status (model, served value and source, forecast age, Ready/Degraded) from the "
+            "forecast store; WarmPools become pools of the warm-pool controller's policy."),
+    )
+    p.add_argument("--store", required=True, help="forecast store: redis://... (read-only user is enough)")
+    p.add_argument("--kubeconfig", help="default: in-cluster service account, else ~/.kube/config")
+    p.add_argument("--namespace", default="foresight", help="namespace of foresight's ConfigMaps and trainer")
+    p.add_argument("--base-config-map", default="foresight-workloads", help="the user's trainer config (key workloads.yaml)")
+    p.add_argument("--trainer-config-map", default="foresight-trainer-config", help="written: what the trainer mounts")
+    p.add_argument("--trainer-deployment", default="foresight-trainer", help="restarted when its config changes ('' = none)")
+    p.add_argument("--warmpool-base-config-map", default="foresight-warmpool-base")
+    p.add_argument("--warmpool-config-map", default="foresight-warmpool-policy", help="written ('' = WarmPools off)")
+    p.add_argument("--warmpool-url", help="the warm-pool controller's API, e.g. http://foresight-warmpool:8091")
+    p.add_argument("--resync-seconds", type=float, default=15.0, help="a full pass at least this often")
+    p.add_argument("--max-forecast-age", type=float, default=300.0, help="older forecasts count as stale (as the adapter)")
+    p.add_argument("--lead-seconds", type=float, default=75.0, help="as the adapter's --lead-seconds")
+    p.add_argument("--once", action="store_true", help="one pass, print its report as JSON, exit")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import json
+    import signal
+    import threading
+
+    from adapter.metrics import MetricSettings
+    from forecaster.store import open_store
+    from kubeoperator.kube import KubeApi
+    from kubeoperator.runner import Operator, OperatorSettings
+
+    settings = OperatorSettings(
+        namespace=args.namespace, base_configmap=args.base_config_map, effective_configmap=args.trainer_config_map,
+        trainer_deployment=args.trainer_deployment or None, warmpool_base_configmap=args.warmpool_base_config_map or None,
+        warmpool_configmap=args.warmpool_config_map or None, warmpool_url=args.warmpool_url,
+        resync_seconds=args.resync_seconds,
+        metrics=MetricSettings(lead_seconds=args.lead_seconds, max_forecast_age_seconds=args.max_forecast_age),
+    )
+    op = Operator(KubeApi(args.kubeconfig), open_store(args.store), settings)
+    if args.once:
+        rep = op.step()
+        print(json.dumps(rep.__dict__))
+        return 1 if rep.errors else 0
+    stop = threading.Event()
+
+    def _stop(*_):
+        stop.set()
+        op.wake()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    op.run(stop)
+    return 0

@@ -1,0 +1,165 @@
+"""One PredictiveAutoscaler -> its HPA, its status and its Events (pure: no API calls, no clock).
+
+``reconcile_autoscaler(obj, forecasts, now, ...)`` takes the object as read (its previous status
+included), the latest forecast of each of its series and the time, and returns what the runner
+writes. The served value is computed by adapter/metrics.py, the same code that answers the HPA.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from adapter.metrics import MetricSettings, NoData, served_cores, served_load_ratio
+from forecaster.store import Forecast
+from kubeoperator.spec import LOAD_RATIO_METRIC, AutoscalerSpec, MetricSpec, parse_autoscaler
+
+MANAGED_BY = {"app.kubernetes.io/managed-by": "foresight-operator"}
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass
+class AutoscalerActions:
+    hpa: dict
+    status: dict
+    events: list[Event] = field(default_factory=list)
+
+
+def iso(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def quantity(v: float) -> str:
+    """A Kubernetes quantity in milli-units (0.7 -> "700m")."""
+    return f"{int(round(v * 1000))}m"
+
+
+def desired_hpa(pa: AutoscalerSpec) -> dict:
+    """The HPA as manifests/hpa-example.yaml writes it: the reactive CPU floor, then one
+    External metric per predicted series at the serving policy's target Value."""
+    metrics: list[dict] = []
+    if pa.floor_enabled:
+        metrics.append({"type": "Resource", "resource": {
+            "name": "cpu", "target": {"type": "Utilization", "averageUtilization": pa.floor_utilization}}})
+    for m in pa.metrics:
+        metrics.append({"type": "External", "external": {
+            "metric": {"name": LOAD_RATIO_METRIC, "selector": {"matchLabels": {"workload": pa.workload_name(m)}}},
+            "target": {"type": "Value", "value": quantity(pa.target_value)}}})
+    spec: dict[str, Any] = {
+        "scaleTargetRef": {"apiVersion": pa.target_api_version, "kind": pa.target_kind, "name": pa.target_name},
+        "minReplicas": pa.min_replicas, "maxReplicas": pa.max_replicas, "metrics": metrics,
+    }
+    if pa.behavior:
+        spec["behavior"] = pa.behavior
+    return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": pa.name, "namespace": pa.namespace, "labels": dict(MANAGED_BY),
+                         "ownerReferences": [pa.owner_reference]},
+            "spec": spec}
+
+
+def metric_status(pa: AutoscalerSpec, m: MetricSpec, fc: Forecast | None, now: float, settings: MetricSettings) -> dict:
+    """What the HPA receives for one metric now, and from what."""
+    out: dict[str, Any] = {"name": m.name, "series": pa.series_id(m), "externalMetric": LOAD_RATIO_METRIC}
+    if fc is not None:
+        out["model"] = fc.model or "unknown"
+        if fc.backtest_error is not None and math.isfinite(fc.backtest_error):
+            out["backtestError"] = round(float(fc.backtest_error), 4)
+        out["forecastAgeSeconds"] = max(0, int(now - fc.generated_at))
+    meta = fc.meta if fc is not None else {}
+    request = meta.get("cpu_request_cores", m.cpu_request_cores if m.type == "Resource" else m.capacity_per_replica)
+    pods = meta.get("ready_pods")
+    try:
+        if pods is not None and request:
+            sv = served_load_ratio(fc, now, pods, request, settings)
+        else:  # no ready-pod count yet: the demand is what can be shown
+            sv = served_cores(fc, now, settings)
+    except NoData as exc:
+        out.update(servedSource="none", servedReason=str(exc))
+        return out
+    out.update(servedValue=f"{sv.value:.3f}", servedSource=sv.source, servedReason=sv.reason)
+    return out
+
+
+def condition(prev: Sequence[Mapping], type_: str, status: str, reason: str, message: str, now: float,
+               generation: int) -> dict:
+    old = next((c for c in prev if c.get("type") == type_), None)
+    since = old.get("lastTransitionTime") if old and old.get("status") == status else iso(now)
+    return {"type": type_, "status": status, "reason": reason, "message": message[:1024],
+            "lastTransitionTime": since, "observedGeneration": generation}
+
+
+def _conditions(pa: AutoscalerSpec, per_metric: list[dict], problems: Sequence[str], warnings: Sequence[str],
+                store_error: str | None, prev: Sequence[Mapping], now: float) -> list[dict]:
+    none = [s for s in per_metric if s.get("servedSource") == "none"]
+    fallback = [s for s in per_metric if s.get("servedSource") == "observed"]
+    if problems:
+        ready = ("False", "InvalidWorkload", "; ".join(problems))
+    elif store_error:
+        ready = ("False", "StoreUnavailable", store_error)
+    elif none:
+        ready = ("False", "NoForecastYet", "; ".join(f"{s['name']}: {s['servedReason']}" for s in none))
+    else:
+        ready = ("True", "Serving", f"the HPA {pa.name} receives {len(per_metric)} predicted metric(s)")
+    if fallback:
+        degraded = ("True", "Fallback", "; ".join(f"{s['name']}: {s['servedReason']}" for s in fallback))
+    elif warnings:
+        degraded = ("True", "ServingSettingsNotApplied", "; ".join(warnings))
+    elif ready[0] == "False":
+        degraded = ("True", ready[1], ready[2])
+    else:
+        degraded = ("False", "ForecastServed", "every metric is served from its forecast")
+    return [condition(prev, "Ready", *ready, now, pa.generation),
+            condition(prev, "Degraded", *degraded, now, pa.generation)]
+
+
+def _events(prev_metrics: Sequence[Mapping], per_metric: list[dict]) -> list[Event]:
+    """Events on changes since the last status: the model, and fallbacks and recoveries."""
+    before = {m.get("name"): m for m in prev_metrics}
+    out: list[Event] = []
+    for s in per_metric:
+        old = before.get(s["name"])
+        if old is None:
+            continue
+        if old.get("model") and s.get("model") and old["model"] != s["model"]:
+            err = f" (backtest error {s['backtestError']:.3g})" if "backtestError" in s else ""
+            out.append(Event("Normal", "ModelChanged", f"{s['name']}: model {old['model']} -> {s['model']}{err}"))
+        was, now_src = old.get("servedSource"), s.get("servedSource")
+        if was == "forecast" and now_src in ("observed", "none"):
+            out.append(Event("Warning", "Fallback", f"{s['name']}: {s.get('servedReason', '')}"))
+        elif was in ("observed", "none") and now_src == "forecast":
+            out.append(Event("Normal", "ForecastServed", f"{s['name']}: served from its forecast again"))
+    return out
+
+
+def reconcile_autoscaler(
+    obj: Mapping[str, Any],
+    forecasts: Mapping[str, Forecast | None],
+    now: float,
+    *,
+    problems: Sequence[str] = (),
+    warnings: Sequence[str] = (),
+    store_error: str | None = None,
+    settings: MetricSettings = MetricSettings(),
+) -> AutoscalerActions:
+    pa = parse_autoscaler(obj)
+    prev = obj.get("status") or {}
+    per_metric = [metric_status(pa, m, None if store_error else forecasts.get(pa.series_id(m)), now, settings)
+                  for m in pa.metrics]
+    status: dict[str, Any] = {"observedGeneration": pa.generation, "hpaName": pa.name, "metrics": per_metric}
+    first = per_metric[0] if per_metric else {}
+    for k in ("model", "backtestError", "servedValue", "servedSource", "servedReason", "forecastAgeSeconds"):
+        if k in first:
+            status[k] = first[k]
+    fc = forecasts.get(pa.series_id(pa.metrics[0])) if pa.metrics and not store_error else None
+    if fc is not None:
+        status["forecastGeneratedAt"] = iso(fc.generated_at)
+    status["conditions"] = _conditions(pa, per_metric, problems, warnings, store_error, prev.get("conditions") or [], now)
+    return AutoscalerActions(hpa=desired_hpa(pa), status=status, events=_events(prev.get("metrics") or [], per_metric))

@@ -1,0 +1,200 @@
+"""The operator's loop: a level-based pass over every object, woken by watches (thin runner).
+
+Each pass lists PredictiveAutoscalers and WarmPools, reads their forecasts from the store and
+the trainer's base ConfigMap, and writes through ``kube``: the HPAs (server-side apply, owned by
+their autoscaler), statuses, Events, and the effective ConfigMaps of the trainer and the
+warm-pool controller. Watches only wake the loop; every pass reads the full state again, so a
+missed watch event costs at most one resync interval. The clock is injected.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import yaml
+
+from adapter.metrics import MetricSettings
+from forecaster.store import ForecastStore, StoreError
+from kubeoperator.kube import KubeApi, KubeError
+from kubeoperator.pools import claim_counts, warmpool_status
+from kubeoperator.reconcile import reconcile_autoscaler
+from kubeoperator.render import render_trainer_config, render_warmpool_policy
+from kubeoperator.spec import parse_autoscaler, parse_warmpool
+
+log = logging.getLogger(__name__)
+DIGEST_ANNOTATION = "foresight.dev/config-digest"
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """Where the operator finds and writes the shared configuration (namespace of foresight).
+
+    base_configmap/base_key: the user's trainer config (the ConfigMap path); effective_configmap:
+    what the trainer mounts (base + autoscalers); trainer_deployment: restarted when it changes
+    (the trainer reads its file once). warmpool_*: the same for the warm-pool controller, which
+    reloads its file by itself; warmpool_url: its HTTP API for the WarmPool status.
+    """
+
+    namespace: str = "foresight"
+    base_configmap: str = "foresight-workloads"
+    base_key: str = "workloads.yaml"
+    effective_configmap: str = "foresight-trainer-config"
+    trainer_deployment: str | None = "foresight-trainer"
+    warmpool_base_configmap: str | None = "foresight-warmpool-base"
+    warmpool_configmap: str | None = "foresight-warmpool-policy"
+    warmpool_key: str = "policy.yaml"
+    warmpool_url: str | None = None
+    resync_seconds: float = 15.0
+    metrics: MetricSettings = field(default_factory=MetricSettings)
+
+
+@dataclass
+class PassReport:
+    autoscalers: int = 0
+    warmpools: int = 0
+    events: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class Operator:
+    def __init__(self, api: KubeApi, store: ForecastStore, settings: OperatorSettings = OperatorSettings(),
+                 clock: Callable[[], float] = time.time, http_get: Callable[[str], str] | None = None):
+        self.api, self.store, self.settings, self.clock = api, store, settings, clock
+        self.http_get = http_get or _http_get
+        self._wake = threading.Event()
+        self._trainer_digest: str | None = None
+
+    # -- one pass
+    def step(self) -> PassReport:
+        rep = PassReport()
+        now = self.clock()
+        try:
+            self._autoscalers(now, rep)
+        except KubeError as exc:
+            rep.errors.append(str(exc))
+        if self.settings.warmpool_configmap:
+            try:
+                self._warmpools(now, rep)
+            except KubeError as exc:
+                rep.errors.append(str(exc))
+        for e in rep.errors:
+            log.warning("%s", e)
+        return rep
+
+    def _base(self, name: str | None, key: str) -> tuple[dict | None, str | None]:
+        cm = self.api.get_configmap(self.settings.namespace, name) if name else None
+        if cm is None:
+            return None, None
+        try:
+            return yaml.safe_load((cm.get("data") or {}).get(key, "")) or {}, None
+        except yaml.YAMLError as exc:
+            return None, f"ConfigMap {name} key {key} is not valid YAML: {exc}"
+
+    def _autoscalers(self, now: float, rep: PassReport) -> None:
+        s = self.settings
+        objs = self.api.list("PredictiveAutoscaler")
+        specs = [parse_autoscaler(o) for o in objs]
+        base, err = self._base(s.base_configmap, s.base_key)
+        rendered = render_trainer_config(base, specs)
+        if err:
+            rendered.problems = {(p.namespace, p.name): [err] for p in specs}
+        elif base is not None:
+            self._write_trainer_config(rendered.text, rendered.digest)
+        series = [p.series_id(m) for p in specs for m in p.metrics]
+        forecasts, store_error = {}, None
+        try:
+            forecasts = self.store.latest_many(series) if series else {}
+        except StoreError as exc:
+            store_error = f"forecast store: {exc}"
+        for obj, pa in zip(objs, specs):
+            key = (pa.namespace, pa.name)
+            try:
+                act = reconcile_autoscaler(obj, forecasts, now, problems=rendered.problems.get(key, ()),
+                                           warnings=rendered.warnings.get(key, ()), store_error=store_error,
+                                           settings=s.metrics)
+                self.api.apply(act.hpa)
+                self.api.patch_status("PredictiveAutoscaler", pa.namespace, pa.name, act.status)
+                for ev in act.events:
+                    self.api.emit_event({**obj, "kind": "PredictiveAutoscaler"}, ev, now)
+                rep.events += len(act.events)
+                rep.autoscalers += 1
+            except KubeError as exc:
+                rep.errors.append(f"{pa.namespace}/{pa.name}: {exc}")
+
+    def _write_trainer_config(self, text: str, digest: str) -> None:
+        s = self.settings
+        self.api.apply({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": s.effective_configmap, "namespace": s.namespace,
+                                     "labels": {"app.kubernetes.io/managed-by": "foresight-operator"},
+                                     "annotations": {DIGEST_ANNOTATION: digest}},
+                        "data": {s.base_key: text}})
+        if s.trainer_deployment and digest != self._trainer_digest:
+            # the trainer reads its file at start: a new digest on its pod template restarts it
+            self.api.annotate_pod_template(s.namespace, s.trainer_deployment, DIGEST_ANNOTATION, digest)
+            self._trainer_digest = digest
+
+    def _warmpools(self, now: float, rep: PassReport) -> None:
+        s = self.settings
+        objs = self.api.list("WarmPool")
+        pools = [parse_warmpool(o) for o in objs]
+        base, err = self._base(s.warmpool_base_configmap, s.warmpool_key)
+        rendered = render_warmpool_policy(base, pools)
+        if rendered.text:
+            self.api.apply({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": s.warmpool_configmap, "namespace": s.namespace,
+                                         "labels": {"app.kubernetes.io/managed-by": "foresight-operator"}},
+                            "data": {s.warmpool_key: rendered.text}})
+        views, counts, ctl_error = self._controller_view()
+        for obj, wp in zip(objs, pools):
+            problems = rendered.problems.get((wp.namespace, wp.name), []) + ([err] if err else [])
+            st = warmpool_status(obj, views.get(wp.pool_name), counts.get(wp.pool_name), problems, ctl_error, now)
+            try:
+                self.api.patch_status("WarmPool", wp.namespace, wp.name, st)
+                rep.warmpools += 1
+            except KubeError as exc:
+                rep.errors.append(f"{wp.namespace}/{wp.name}: {exc}")
+
+    def _controller_view(self) -> tuple[dict[str, dict], dict[str, tuple[float, float]], str | None]:
+        url = self.settings.warmpool_url
+        if not url:
+            return {}, {}, "no warm-pool controller URL configured (--warmpool-url)"
+        try:
+            pools = json.loads(self.http_get(f"{url}/api/v1/pools")).get("pools", [])
+            counts = claim_counts(self.http_get(f"{url}/metrics"))
+        except (OSError, ValueError) as exc:
+            return {}, {}, f"warm-pool controller at {url}: {exc}"
+        return {p["pool"]: p for p in pools if "pool" in p}, counts, None
+
+    # -- the loop
+    def wake(self) -> None:
+        self._wake.set()
+
+    def run(self, stop: threading.Event, watch: bool = True) -> None:
+        if watch:
+            kinds = ["PredictiveAutoscaler"] + (["WarmPool"] if self.settings.warmpool_configmap else [])
+            for kind in kinds:
+                threading.Thread(target=self.api.watch, args=(kind, self.wake, stop), name=f"watch-{kind}",
+                                 daemon=True).start()
+        while not stop.is_set():
+            self._wake.clear()
+            rep = self.step()
+            log.info("pass: %d autoscalers, %d warm pools, %d events, %d errors",
+                     rep.autoscalers, rep.warmpools, rep.events, len(rep.errors))
+            self._wake.wait(self.settings.resync_seconds)
+            stop.wait(0.2)  # a burst of watch events is one pass
+
+
+def _http_get(url: str) -> str:
+    import httpx
+
+    try:
+        r = httpx.get(url, timeout=5.0)
+        r.raise_for_status()
+    except httpx.HTTPError as exc:
+        raise OSError(str(exc)) from exc
+    return r.text

@@ -1,0 +1,132 @@
+"""PredictiveAutoscaler and WarmPool objects (plain dicts from the API server) -> frozen specs.
+
+The CRD schema already refused invalid objects; parsing here only fills defaults, so an object
+written before a schema change still reconciles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+GROUP = "foresight.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+LOAD_RATIO_METRIC = "predicted_cpu_load_ratio"
+
+# spec.serving (camelCase, the CRD) -> forecaster.serving.ServingSettings field names
+SERVING_FIELDS = {
+    "violationCostPods": "violation_cost_pods", "quantiles": "quantiles", "sources": "sources",
+    "headrooms": "headrooms", "targetValue": "target_value", "sloUtilization": "slo_utilization",
+    "historyDays": "history_days", "allowBelowObserved": "allow_below_observed",
+}
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    type: str  # Resource (CPU cores) | Demand (any PromQL)
+    cpu_request_cores: float | None = None
+    query: str | None = None
+    capacity_per_replica: float | None = None
+
+
+@dataclass(frozen=True)
+class AutoscalerSpec:
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    target_api_version: str
+    target_kind: str
+    target_name: str
+    min_replicas: int
+    max_replicas: int
+    metrics: tuple[MetricSpec, ...]
+    floor_enabled: bool = True
+    floor_utilization: int = 70
+    serving: Mapping[str, Any] = field(default_factory=dict)  # ServingSettings field names
+    behavior: Mapping[str, Any] | None = None
+
+    def workload_name(self, metric: MetricSpec) -> str:
+        """The trainer's workload name of one metric: the target itself for its CPU, and
+        ``<target>-<metric>`` for other demands (one forecast series each)."""
+        if metric.type == "Resource":
+            return self.target_name
+        return f"{self.target_name}-{metric.name}"
+
+    def series_id(self, metric: MetricSpec) -> str:
+        return f"{self.namespace}/{self.workload_name(metric)}"
+
+    @property
+    def target_value(self) -> float:
+        return float(self.serving.get("target_value", 0.7))
+
+    @property
+    def owner_reference(self) -> dict:
+        return {"apiVersion": API_VERSION, "kind": "PredictiveAutoscaler", "name": self.name, "uid": self.uid,
+                "controller": True, "blockOwnerDeletion": True}
+
+
+def parse_autoscaler(obj: Mapping[str, Any]) -> AutoscalerSpec:
+    md, spec = obj["metadata"], obj.get("spec") or {}
+    ref = spec.get("scaleTargetRef") or {}
+    floor = spec.get("reactiveFloor") or {}
+    metrics = tuple(
+        MetricSpec(name=m["name"], type=m.get("type", "Resource"), cpu_request_cores=m.get("cpuRequestCores"),
+                   query=m.get("query"), capacity_per_replica=m.get("capacityPerReplica"))
+        for m in spec.get("metrics") or ()
+    )
+    serving = {SERVING_FIELDS[k]: (tuple(v) if isinstance(v, list) else v)
+               for k, v in (spec.get("serving") or {}).items() if k in SERVING_FIELDS}
+    return AutoscalerSpec(
+        namespace=md["namespace"], name=md["name"], uid=md.get("uid", ""), generation=int(md.get("generation", 0)),
+        target_api_version=ref.get("apiVersion", "apps/v1"), target_kind=ref.get("kind", "Deployment"),
+        target_name=ref.get("name", ""), min_replicas=int(spec.get("minReplicas", 1)),
+        max_replicas=int(spec["maxReplicas"]), metrics=metrics,
+        floor_enabled=bool(floor.get("enabled", True)), floor_utilization=int(floor.get("averageUtilization", 70)),
+        serving=serving, behavior=spec.get("behavior"),
+    )
+
+
+@dataclass(frozen=True)
+class WarmPoolSpec:
+    namespace: str
+    name: str
+    generation: int
+    body: Mapping[str, Any]  # spec as written (camelCase)
+
+    @property
+    def pool_name(self) -> str:
+        """The pool's name in the controller's policy (pool names are one namespace there)."""
+        return f"{self.namespace}-{self.name}"
+
+    def to_policy_pool(self) -> dict:
+        """The pool as warmpool.policy reads it (snake_case keys)."""
+        s = self.body
+        out: dict[str, Any] = {
+            "name": self.pool_name,
+            "workload": {"namespace": self.namespace, "name": s["workload"]},
+            "series": s.get("series") or f"{self.namespace}/{s['workload']}",
+        }
+        plain = {"quantile": "quantile", "runtimeClass": "runtime_class", "backend": "backend", "minWarm": "min_warm",
+                 "maxWarm": "max_warm", "capacityPerContainer": "capacity_per_container", "leadSeconds": "lead_seconds"}
+        out.update({snake: s[camel] for camel, snake in plain.items() if camel in s})
+        if "template" in s:
+            out["template"] = dict(s["template"])
+        if "idleTTL" in s:
+            t = s["idleTTL"]
+            out["idle_ttl"] = {k2: t[k1] for k1, k2 in (("initialSeconds", "initial_seconds"), ("decay", "decay"),
+                                                       ("floorSeconds", "floor_seconds")) if k1 in t}
+        if "idleModel" in s:
+            m = s["idleModel"]
+            keys = (("enabled", "enabled"), ("binSeconds", "bin_seconds"), ("priorScale", "prior_scale"),
+                    ("priorPower", "prior_power"), ("priorWeight", "prior_weight"))
+            out["idle_model"] = {k2: m[k1] for k1, k2 in keys if k1 in m}
+        return out
+
+
+def parse_warmpool(obj: Mapping[str, Any]) -> WarmPoolSpec:
+    md = obj["metadata"]
+    return WarmPoolSpec(namespace=md["namespace"], name=md["name"], generation=int(md.get("generation", 0)),
+                        body=obj.get("spec") or {})
