@@ -9,6 +9,16 @@ is then brought up to date with the whole history (``update``, no refit).
 
 Fallback to persistence, with a reason: history shorter than ``min_history_days``, every
 candidate failing, or nothing beating persistence.
+
+Tail safety at the serving horizon: the winner is chosen on the average over h = 1..H, but an
+autoscaler acts on the first steps. The chosen entry's first ``lead_steps`` are guarded on the
+same validation forecasts (``forecaster.models.guard``): blended towards the last value as far
+as the validation tail says helps, served by persistence at h = 1 unless the model beats it
+there by ``lead_guard_z`` standard errors, and never moved more than ``lead_max_move`` typical
+one-step changes from the last value. The reason string says what the guard did. With a
+single candidate (a model the user named rather than ``auto``) nothing is guarded. Validation
+targets that were gaps in the data (filled by interpolation) are not scored: a straight
+interpolated line flatters trend-following models.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import numpy as np
 from forecaster.models import Model, ModelError, clean_history, get_model
 from forecaster.models.base import season_length
 from forecaster.models.combo import Combination
+from forecaster.models.guard import GuardSpec, LeadGuarded, lead_guard
 from forecaster.store import quantile_key
 
 DEFAULT_CANDIDATES = (
@@ -44,7 +55,9 @@ DEFAULT_CANDIDATES = (
 @dataclass(frozen=True)
 class SelectionSettings:
     """How ``auto`` chooses. ``horizon_weights`` (one per step h = 1..H, None = equal) say
-    which horizons matter for scaling; durations are in days of history."""
+    which horizons matter for scaling; durations are in days of history. ``lead_*``: the guard
+    on the first ``lead_steps`` (see the module doc); ``lead_max_move`` is in units of the mean
+    one-step change of the history (<= 0: no cap)."""
 
     candidates: tuple[str, ...] = DEFAULT_CANDIDATES
     horizon_weights: tuple[float, ...] | None = None
@@ -53,6 +66,10 @@ class SelectionSettings:
     min_history_days: float = 2.0
     combine: bool = True
     bias_correct: bool = True
+    lead_guard: bool = True
+    lead_steps: int = 2
+    lead_guard_z: float = 3.0
+    lead_max_move: float = 2.0
 
     def weights(self, h: int) -> np.ndarray:
         if self.horizon_weights is None:
@@ -75,6 +92,9 @@ class CandidateResult:
     error: str = ""
     seconds: float = 0.0  # fit + validation forecasts
     shift: np.ndarray | None = None  # per-horizon point-forecast shift chosen with it
+    last: np.ndarray | None = None  # value observed at each validation origin (persistence's forecast)
+    guard: GuardSpec | None = None  # lead-step guard chosen with it (then ``shift`` is inside)
+    inner_shift: np.ndarray | None = None  # the shift applied before the guard
 
 
 @dataclass
@@ -136,9 +156,12 @@ def evaluate_candidates(
     candidates: Sequence[str | Model],
     horizon: int,
     settings: SelectionSettings = SelectionSettings(),
+    observed: np.ndarray | None = None,
 ) -> tuple[list[CandidateResult], np.ndarray, float, np.ndarray]:
     """Fit every candidate on ``y`` minus the validation tail and forecast from the tail's
-    pseudo-origins. Returns (results, actuals (n_origins, h), naive scale, origins)."""
+    pseudo-origins. Returns (results, actuals (n_origins, h), naive scale, origins).
+    ``observed`` (bool, aligned with ``y``) marks real points; targets that were filled gaps
+    are NaN in ``actuals`` and not scored, unless that would leave too few to score."""
     season = season_length(timestamps)
     n = len(y)
     V = int(settings.validation_days * season)
@@ -147,7 +170,13 @@ def evaluate_candidates(
     origins = np.arange(cut - 1, n - horizon, max(1, settings.validation_stride))
     if len(origins) == 0:
         raise ModelError(f"history of {n} points is too short to validate a {horizon}-step forecast")
-    actual = y[origins[:, None] + 1 + np.arange(horizon)[None, :]]
+    target_idx = origins[:, None] + 1 + np.arange(horizon)[None, :]
+    actual = y[target_idx]
+    if observed is not None:
+        real = np.asarray(observed, dtype=bool)[target_idx]
+        if not real.all() and real.mean(axis=0).min() >= 0.5:
+            actual = np.where(real, actual, np.nan)
+    last = y[origins]
     fit_part = y[:cut]
     d = np.abs(np.diff(fit_part))
     scale = float(np.mean(d)) if len(d) else 0.0
@@ -162,12 +191,42 @@ def evaluate_candidates(
         try:
             m = _prototype(c, season).fit(fit_part, ts_fit)
             means = m.rolling_means(y, origins, horizon)
-            mase = np.mean(np.abs(actual - means), axis=0) / scale
-            results.append(CandidateResult(name, m, means, mase, float(np.sum(w * mase) / w.sum())))
+            mase = _colmean(np.abs(actual - means)) / scale
+            results.append(CandidateResult(name, m, means, mase, float(np.sum(w * mase) / w.sum()), last=last))
         except Exception as exc:  # noqa: BLE001 - a failing candidate is skipped, with its reason
-            results.append(CandidateResult(name, None, error=f"{exc.__class__.__name__}: {exc}"))
+            results.append(CandidateResult(name, None, error=f"{exc.__class__.__name__}: {exc}", last=last))
         results[-1].seconds = time.perf_counter() - t0
     return results, actual, scale, origins
+
+
+def _colmean(x: np.ndarray) -> np.ndarray:
+    """Mean per column, leaving out NaN (unscored gap targets) only when there are any."""
+    if np.isfinite(x).all():
+        return np.mean(x, axis=0)
+    ok = np.isfinite(x)
+    return np.where(ok, x, 0.0).sum(axis=0) / np.maximum(ok.sum(axis=0), 1)
+
+
+def _colmedian(x: np.ndarray) -> np.ndarray:
+    if np.isfinite(x).all():
+        return np.median(x, axis=0)
+    out = np.zeros(x.shape[1])
+    for j in range(x.shape[1]):
+        col = x[:, j][np.isfinite(x[:, j])]
+        out[j] = float(np.median(col)) if len(col) else 0.0
+    return out
+
+
+def _last_values(results: Sequence[CandidateResult], last: np.ndarray | None) -> np.ndarray | None:
+    if last is not None:
+        return np.asarray(last, dtype="float64")
+    for r in results:
+        if r.last is not None:
+            return r.last
+    for r in results:  # results built elsewhere: persistence's forecast is the last value
+        if r.name == "persistence" and r.means is not None:
+            return r.means[:, 0]
+    return None
 
 
 def choose(
@@ -175,13 +234,18 @@ def choose(
     actual: np.ndarray,
     scale: float,
     settings: SelectionSettings = SelectionSettings(),
+    last: np.ndarray | None = None,
 ) -> tuple[list[CandidateResult], CandidateResult]:
-    """Best of the candidates and (if ``combine``) of the equal-weight pairs of candidates.
+    """Best of the candidates and (if ``combine``) of the equal-weight pairs of candidates,
+    with its lead steps guarded (``lead_guard``; needs ``last``, the value at each validation
+    origin, given here or carried by the results).
 
     With ``bias_correct`` every entry is scored after shifting its forecasts by its median
     validation residual per horizon (a median forecast is what absolute error rewards; on
     bursty CPU series AR and moving averages are pulled up by spikes). The shift is part of
-    the choice and travels with the chosen model (``Model.set_bias``)."""
+    the choice and travels with the chosen model (``Model.set_bias``, or inside the guard).
+    ``pool`` holds every entry's unguarded score; the returned best carries the guarded
+    validation forecasts and score, which is what is served."""
     ok = [r for r in results if r.model is not None]
     if not ok:
         raise ModelError("every candidate failed: " + "; ".join(f"{r.name}: {r.error}" for r in results))
@@ -191,9 +255,9 @@ def choose(
     def scored(name, model, means):
         shift = None
         if settings.bias_correct:
-            shift = np.median(actual - means, axis=0)
+            shift = _colmedian(actual - means)
             means = means + shift
-        mase = np.mean(np.abs(actual - means), axis=0) / scale
+        mase = _colmean(np.abs(actual - means)) / scale
         return CandidateResult(name, model, means, mase, float(np.sum(w * mase) / wsum), shift=shift)
 
     pool = [scored(r.name, r.model, r.means) for r in ok]
@@ -201,15 +265,29 @@ def choose(
         for a, b in itertools.combinations(ok, 2):
             pool.append(scored(f"{a.name}+{b.name}", None, 0.5 * (a.means + b.means)))
     best = min(pool, key=lambda r: r.score)
+    lv = _last_values(results, last)
+    # one candidate = a model the user named: served as configured (the live check still applies)
+    guarded = settings.lead_guard and settings.lead_steps > 0 and len(results) > 1
+    if guarded and lv is not None and best.name != "persistence":
+        spec, gm = lead_guard(actual, best.means, lv, scale, settings.lead_steps,
+                              settings.lead_guard_z, settings.lead_max_move)
+        mase = _colmean(np.abs(actual - gm)) / scale
+        best = CandidateResult(best.name, best.model, gm, mase, float(np.sum(w * mase) / wsum),
+                               shift=None, last=lv, guard=spec, inner_shift=best.shift)
     return pool, best
 
 
 def build_model(best: CandidateResult, results: Sequence[CandidateResult]) -> Model:
+    """The chosen entry as a model, from the candidates' fits (no refit)."""
     if best.model is not None:
-        return best.model
-    by_name = {r.name: r.model for r in results if r.model is not None}
-    members = [by_name[n] for n in best.name.split("+")]
-    return Combination.of_fitted(members, name=best.name)
+        model = best.model
+    else:
+        by_name = {r.name: r.model for r in results if r.model is not None}
+        members = [by_name[n] for n in best.name.split("+")]
+        model = Combination.of_fitted(members, name=best.name)
+    if best.guard is not None:
+        return LeadGuarded(model, best.guard, best.inner_shift)
+    return model
 
 
 def select_and_fit(
@@ -243,8 +321,9 @@ def select_and_fit(
     if float(np.ptp(yc)) == 0.0:
         return fallback("constant series: persistence is exact")
     try:
-        results, actual, scale, _ = evaluate_candidates(yc, ts, candidates, horizon, settings)
-        pool, best = choose(results, actual, scale, settings)
+        observed = np.isfinite(raw[first:])
+        results, actual, scale, origins = evaluate_candidates(yc, ts, candidates, horizon, settings, observed=observed)
+        pool, best = choose(results, actual, scale, settings, last=yc[origins])
     except ModelError as exc:
         return fallback(f"{exc}; using persistence")
     model = build_model(best, results)
@@ -254,6 +333,8 @@ def select_and_fit(
     model.update(yc, ts)
     failed = [f"{r.name} ({r.error})" for r in results if r.model is None]
     reason = f"selected {best.name} (validation MASE {best.score:.3f})"
+    if best.guard is not None:
+        reason += "; " + best.guard.describe(best.name)
     if failed:
         reason += "; failed: " + ", ".join(failed)
     return Selection(
