@@ -21,7 +21,7 @@ training:
   quantiles: [0.5, 0.9]
   models: [auto]
 serving:                              # optional: how each workload's serving policy is chosen
-  violation_cost_pods: 75             # one SLO-violation interval is worth this many pod-intervals
+  violation_cost_pods: 90             # one SLO-violation interval is worth this many pod-intervals
   quantiles: [p50, p90]               # published quantiles the policy may serve
   sources: [model, persistence]
   headrooms: [1.0, 1.1, 1.2, 1.5, 2.0]  # candidate multipliers (>= 1 unless allow_below_observed)

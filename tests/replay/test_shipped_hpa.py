@@ -30,7 +30,14 @@ def test_the_replay_runs_the_metrics_targets_and_behavior_of_the_example_hpa():
     assert res["name"] == "cpu" and res["target"]["averageUtilization"] == round(cfg.target * 100)
     assert ext["metric"]["name"] == "predicted_cpu_load_ratio"
     assert ext["target"]["type"] == "Value" and ext["target"]["value"] == f"{round(cfg.target * 1000)}m"
-    spec = cfg.hpa_spec()
+    spec = cfg.hpa_spec("predictive")
     behavior = hpa["spec"]["behavior"]
     assert _rules(behavior["scaleUp"]) == spec.scale_up
     assert _rules(behavior["scaleDown"]) == spec.scale_down
+
+
+def test_the_reactive_baseline_keeps_kubernetes_default_scale_down_window():
+    from replay.hpa import DEFAULT_SCALE_DOWN
+
+    assert ReplayConfig().hpa_spec("reactive").scale_down == DEFAULT_SCALE_DOWN
+    assert ReplayConfig().hpa_spec("predictive").scale_down.stabilization_window_seconds == 120
