@@ -1,0 +1,48 @@
+{{- define "foresight.labels" -}}
+app.kubernetes.io/name: foresight
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+{{- end -}}
+
+{{- define "foresight.selector" -}}
+app.kubernetes.io/name: foresight
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "foresight.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{- end -}}
+
+{{/* The store URL of one Redis ACL user (trainer, adapter or warmpool). */}}
+{{- define "foresight.storeURL" -}}
+{{- if .root.Values.redis.enabled -}}
+redis://{{ .user }}@foresight-redis.{{ .root.Release.Namespace }}:6379/0?password_file=/var/run/secrets/redis/password
+{{- else -}}
+{{ .root.Values.redis.externalURL }}
+{{- end -}}
+{{- end -}}
+
+{{- define "foresight.podSecurity" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile: {type: RuntimeDefault}
+{{- end -}}
+
+{{- define "foresight.containerSecurity" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities: {drop: ["ALL"]}
+{{- end -}}
+
+{{- define "foresight.redisPasswordVolume" -}}
+- name: redis-password
+  secret:
+    secretName: {{ .root.Values.redis.usersSecret }}
+    defaultMode: 0440
+    items:
+      - {key: {{ .user }}, path: password}
+{{- end -}}

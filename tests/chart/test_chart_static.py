@@ -1,0 +1,74 @@
+"""charts/foresight with the real helm binary: lint, the values schema, and what it renders."""
+
+from __future__ import annotations
+
+import filecmp
+
+import pytest
+import yaml
+
+from tests.chart.conftest import CHART, KUBE_VERSION, run_helm
+from tests.cluster.controlplane import ROOT
+
+pytestmark = [pytest.mark.e2e]
+
+ALL_ON = ["--set", "warmpool.enabled=true", "--set", "scheduler.enabled=true"]
+
+
+def render(helm, *args: str) -> list[dict]:
+    out = run_helm(helm, "template", "foresight", str(CHART), "-n", "foresight", "--kube-version", KUBE_VERSION,
+                   "--include-crds", *args).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+@pytest.mark.parametrize("args", [[], ALL_ON, ["--set", "redis.enabled=false", "--set",
+                                               "redis.externalURL=redis://redis.example:6379/0", "--set", "operator.enabled=false"]],
+                         ids=["defaults", "warmpool+scheduler", "external-redis-no-operator"])
+def test_helm_lint_strict_passes(helm, args):
+    out = run_helm(helm, "lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION, *args).stdout
+    assert "1 chart(s) linted, 0 chart(s) failed" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "adapter.replica=3"], "additional properties 'replica' not allowed"),
+    (["--set", "redis.enabled=false"], "externalURL"),
+    (["--set", "prometheus.url=localhost:9090"], "prometheus"),
+    (["--set", "adapter.replicas=0"], "replicas"),
+], ids=["unknown-key", "external-redis-without-url", "bad-prometheus-url", "zero-replicas"])
+def test_invalid_values_are_refused_by_the_values_schema(helm, args, message):
+    r = run_helm(helm, "lint", str(CHART), "--kube-version", KUBE_VERSION, *args, check=False)
+    assert r.returncode != 0
+    assert message in r.stdout + r.stderr
+
+
+def test_the_chart_installs_adapter_with_2_replicas_and_a_pdb_crds_and_the_optional_parts_only_when_asked(helm):
+    docs = render(helm)
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    dep = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    assert dep["foresight-adapter"]["spec"]["replicas"] == 2
+    assert ("PodDisruptionBudget", "foresight-adapter") in kinds
+    assert {("CustomResourceDefinition", "predictiveautoscalers.foresight.dev"),
+            ("CustomResourceDefinition", "warmpools.foresight.dev")} <= kinds
+    assert {"foresight-trainer", "foresight-operator", "foresight-redis"} <= set(dep)
+    assert "foresight-warmpool" not in dep and "foresight-scheduler" not in dep
+    on = {d["metadata"]["name"] for d in render(helm, *ALL_ON) if d["kind"] == "Deployment"}
+    assert {"foresight-warmpool", "foresight-scheduler"} <= on
+    # with the operator the trainer reads the operator's effective config; without, the user's
+    vols = dep["foresight-trainer"]["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "config", "configMap": {"name": "foresight-trainer-config"}} in vols
+    off = {d["metadata"]["name"]: d for d in render(helm, "--set", "operator.enabled=false") if d["kind"] == "Deployment"}
+    assert {"name": "config", "configMap": {"name": "foresight-workloads"}} in off["foresight-trainer"]["spec"]["template"]["spec"]["volumes"]
+
+
+def test_the_trainer_config_in_the_chart_is_one_the_trainer_accepts(helm):
+    from forecaster.config import parse_config
+
+    cm = next(d for d in render(helm) if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "foresight-workloads")
+    cfg = parse_config(yaml.safe_load(cm["data"]["workloads.yaml"]))
+    assert cfg.store.url.startswith("redis://trainer@foresight-redis.foresight:6379/0")
+    assert cfg.source.url == "prometheus://prometheus-operated.monitoring:9090"
+
+
+def test_the_charts_crds_are_the_ones_in_manifests():
+    for f in (CHART / "crds").glob("*.yaml"):
+        assert filecmp.cmp(f, ROOT / "manifests" / "crds" / f.name, shallow=False), f.name
