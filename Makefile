@@ -8,7 +8,7 @@ PIP := $(VENV)/bin/pip
 DEB_PACKAGES := prometheus redis-server crun runc busybox-static chromium wrk
 PYTEST_ARGS ?=
 
-.PHONY: run test e2e deps venv debs bench clean
+.PHONY: run test e2e operator deps venv debs bench clean
 
 run: deps
 	$(VENV)/bin/foresight up
@@ -23,6 +23,11 @@ test: deps
 # written to bench/results/. `make test` runs it too.
 e2e: deps
 	FORESIGHT_FIDELITY_OUT=bench/results/hpa_fidelity.csv $(PY) -m pytest tests/e2e $(PYTEST_ARGS)
+
+# The CRDs, the operator and the Helm chart alone, on a real control plane (helm is built from
+# its Go module by tests/cluster/build_helm.sh and cached in ~/.cache/foresight). `make test` runs them too.
+operator: deps
+	$(PY) -m pytest tests/operator tests/chart $(PYTEST_ARGS)
 
 deps: debs venv
 

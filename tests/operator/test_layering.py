@@ -1,0 +1,38 @@
+"""kubeoperator sits on floor 3: it may read forecaster and adapter/metrics.py, never the CLI
+above it, and only kubeoperator/kube.py talks to the API server."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _imports(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+    return out
+
+
+def test_only_kube_py_imports_the_kubernetes_client_and_nothing_imports_the_cli_floor():
+    files = sorted((ROOT / "kubeoperator").glob("*.py"))
+    assert len(files) >= 7
+    for f in files:
+        mods = _imports(f)
+        tops = {m.split(".")[0] for m in mods}
+        if f.name != "kube.py":
+            assert "kubernetes" not in tops, f"{f.name} imports the kubernetes client"
+        assert "foresight" not in tops and "replay" not in tops, f.name
+        assert not {m for m in mods if m.startswith("adapter.")} - {"adapter.metrics"}, f"{f.name}: only adapter.metrics (pure)"
+        assert "warmpool" not in tops or mods <= {"warmpool.policy", "warmpool.metrics"} | {m for m in mods if not m.startswith("warmpool")}
+
+
+def test_no_package_below_imports_kubeoperator():
+    for pkg in ("forecaster", "adapter", "warmpool", "replay"):
+        for f in (ROOT / pkg).rglob("*.py"):
+            assert "kubeoperator" not in {m.split(".")[0] for m in _imports(f)}, f
