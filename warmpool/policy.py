@@ -7,7 +7,7 @@ kind: WarmPoolPolicy
 runtime_classes:            # optional: extra cold-start profiles (ms), or overrides
   gvisor: {runtime_ms: [20, 30, 50], image_ms: [40, 66, 104], sandbox_ms: [120, 160, 230]}
 memory_budget:              # optional; shared by every pool of one controller
-  fraction: 1.0             # idle memory <= this fraction of what a fixed keep-alive would hold
+  fraction: 0.98            # idle memory <= this fraction of what a fixed keep-alive would hold
   reference_keepalive_seconds: 600   # ... that fixed keep-alive (10 minutes)
 pools:
   - name: checkout
@@ -88,7 +88,7 @@ class MemoryBudget:
     """Idle memory of all pools together stays near ``fraction`` x what a fixed keep-alive of
     ``reference_keepalive_seconds`` would have held on the same demand."""
 
-    fraction: float = 1.0
+    fraction: float = 0.98
     reference_keepalive_seconds: float = 600.0
 
 
@@ -168,7 +168,7 @@ def _runtime_classes(c: Checker, rc: Any) -> dict[str, RuntimeProfile]:
 
 def _memory_budget(c: Checker, raw: Any) -> MemoryBudget:
     d = c.mapping(raw, "memory_budget", ("fraction", "reference_keepalive_seconds"))
-    fraction = c.number(d, "fraction", "memory_budget", 1.0, lo=0, lo_open=True, hi=10)
+    fraction = c.number(d, "fraction", "memory_budget", 0.98, lo=0, lo_open=True, hi=10)
     ref = c.number(d, "reference_keepalive_seconds", "memory_budget", 600.0, lo=0, lo_open=True)
     return MemoryBudget(float(fraction), float(ref))
 

@@ -95,7 +95,7 @@ def test_the_bundled_example_writes_out_exactly_the_documented_defaults():
     from warmpool.ttl import IdleTTL
 
     policy = load_policy(EXAMPLES / "local.yaml")
-    assert policy.memory_budget == MemoryBudget() == MemoryBudget(1.0, 600.0)
+    assert policy.memory_budget == MemoryBudget() == MemoryBudget(0.98, 600.0)
     assert policy.pools[0].idle_model == IdleModel() == IdleModel(True, 60.0, 0.5, 1.5, 1.0)
     assert policy.pools[0].idle_ttl == IdleTTL() == IdleTTL(120.0, 0.15, 0.0)
     assert parse_policy(_doc()).memory_budget == MemoryBudget()
