@@ -157,7 +157,7 @@ def tune_process() -> None:
 
 def app_from_env():
     """uvicorn factory (``adapter.server:app_from_env``) used by ``foresight serve``."""
-    from adapter.cli import build_app
+    from adapter.factory import build_app
 
     tune_process()
     opts = json.loads(os.environ[ENV_OPTIONS])

@@ -39,7 +39,7 @@ from forecaster.store import Forecast, ForecastStore, make_forecast
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Trainer", "SeriesState", "train_once", "run_schedule", "expand_models"]
+__all__ = ["Trainer", "SeriesState", "expand_models", "step_workload"]
 
 GLOBAL_MODELS = ("lstm",)
 
@@ -351,16 +351,3 @@ def step_workload(trainer: Trainer, series_id: str, ts: np.ndarray, vals: np.nda
     if fit if fit is not None else trainer.due(series_id, now):
         trainer.fit(series_id, ts, vals, now=now, capacity_per_pod=meta.get("cpu_request_cores"))
     return trainer.refresh(series_id, ts, vals, now=now, meta=meta)
-
-
-# ``foresight train`` (config, source and schedule) lives in forecaster.schedule; these names
-# stay importable from here for the callers that know them as training's.
-_SCHEDULE_NAMES = ("train_once", "run_schedule", "trainer_from_config", "workload_meta")
-
-
-def __getattr__(name: str):
-    if name in _SCHEDULE_NAMES:
-        import forecaster.schedule
-
-        return getattr(forecaster.schedule, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

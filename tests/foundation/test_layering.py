@@ -63,3 +63,28 @@ def test_cli_help_does_not_import_heavy_libraries():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == ""
+
+
+def _module_imports(path: Path) -> set[str]:
+    """Project modules a file imports, anywhere in it (function-level imports included)."""
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):  # annotations only: not an import at run time
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            node.body = []
+    out = set()
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        out |= {n for n in names if n.split(".")[0] in PACKAGES}
+    return out
+
+
+def test_no_two_project_modules_import_each_other():
+    files = {".".join(f.relative_to(ROOT).with_suffix("").parts): f for p in PACKAGES for f in (ROOT / p).rglob("*.py")}
+    files = {m.removesuffix(".__init__"): f for m, f in files.items()}
+    edges = {m: {i for i in _module_imports(f) if i in files and i != m} for m, f in files.items()}
+    circles = sorted({tuple(sorted((a, b))) for a, bs in edges.items() for b in bs if a in edges.get(b, ())})
+    assert circles == [], f"import circles: {circles}"

@@ -12,7 +12,7 @@ from adapter.metrics import MetricSettings, served_load_ratio
 from forecaster.config import TrainingConfig, load_config
 from forecaster.sources.prometheus import open_source
 from forecaster.store import RedisForecastStore
-from forecaster.training import train_once, trainer_from_config
+from forecaster.schedule import train_once, trainer_from_config
 from foresight.cli import main
 from replay.pipeline import PipelineConfig, ProductionFeed
 

@@ -1,0 +1,105 @@
+"""The adapter built from ``foresight serve``'s validated options: settings, the observed-demand
+reader, authentication/authorization and the app. Used by the CLI (one process) and by each
+uvicorn worker process (``adapter.server.app_from_env``), so neither imports the other."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from forecaster.errors import UserError
+
+__all__ = ["build_app", "build_auth", "build_demand", "build_settings"]
+
+
+def build_settings(opts: dict[str, Any]):
+    """(AdapterSettings, store URL) from options."""
+    from adapter.metrics import MetricSettings
+    from adapter.settings import AdapterSettings, AuthSettings, CacheSettings
+
+    labels: dict[str, dict[str, str]] = {}
+    capacity: dict[str, dict[str, float]] = {}
+    store_url = opts.get("store")
+    if opts.get("config"):
+        from forecaster.config import load_config
+
+        cfg = load_config(opts["config"])
+        for w in cfg.workloads:
+            labels[w.series_id] = w.all_labels()
+            cap = {}
+            if w.capacity.cpu_request_cores is not None:
+                cap["cpu_request_cores"] = w.capacity.cpu_request_cores
+            if w.capacity.ready_pods is not None:
+                cap["ready_pods"] = w.capacity.ready_pods
+            if cap:
+                capacity[w.series_id] = cap
+        store_url = store_url or cfg.store.url
+    try:
+        metric = MetricSettings(
+            lead_seconds=float(opts.get("lead_seconds", 75.0)),
+            quantile=str(opts.get("quantile", "p90")),
+            max_forecast_age_seconds=float(opts.get("max_forecast_age_seconds", 300.0)),
+            observed_floor=bool(opts.get("observed_floor", True)),
+        )
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    settings = AdapterSettings(
+        metric=metric,
+        cache=CacheSettings(
+            ttl_seconds=float(opts.get("cache_ttl_seconds", 2.0)),
+            max_stale_seconds=float(opts.get("cache_max_stale_seconds", 30.0)),
+        ),
+        auth=AuthSettings(
+            requestheader_ca_file=opts.get("requestheader_ca_file"),
+            allowed_names=tuple(opts.get("allowed_names") or ()),
+            token=opts.get("token"),
+        ),
+        workload_labels=labels,
+        workload_capacity=capacity,
+    )
+    return settings, store_url or DEFAULT_STORE
+
+
+def build_demand(opts: dict[str, Any]):
+    """(DemandReader, ObservedDirectSettings) over the config's Prometheus, or (None, None)
+    without a config, with a CSV source, or when turned off."""
+    from adapter.settings import ObservedDirectSettings
+
+    if not opts.get("config") or not opts.get("observed_direct", True):
+        return None, None
+    from adapter.fallback import PrometheusDemandReader
+    from forecaster.config import load_config
+
+    cfg = load_config(opts["config"])
+    if cfg.source.url.startswith(("csv://", "file://")):
+        return None, None  # a file holds no live demand
+    od = ObservedDirectSettings(ttl_seconds=float(opts.get("observed_direct_ttl_seconds", 15.0)))
+    from forecaster.sources.prometheus import PrometheusSource
+
+    src = PrometheusSource(
+        cfg.source.url, bearer_token_file=cfg.source.bearer_token_file, ca_file=cfg.source.ca_file,
+        thanos=cfg.source.thanos, timeout_seconds=od.timeout_seconds, retries=0,
+    )
+    return PrometheusDemandReader(src, cfg.workloads), od
+
+
+def build_auth(opts: dict[str, Any]):
+    """(TokenReview authenticator, SubjectAccessReview authorizer), or (None, None)."""
+    if not opts.get("delegated_auth"):
+        return None, None
+    from adapter.authz import SubjectAccessReviewAuthorizer, TokenReviewAuthenticator
+    from adapter.kube import KubeAPI
+
+    kube = KubeAPI.from_kubeconfig(opts["kubeconfig"]) if opts.get("kubeconfig") else KubeAPI.in_cluster()
+    ttl = float(opts.get("review_cache_seconds", 10.0))
+    return TokenReviewAuthenticator(kube, cache_seconds=ttl), SubjectAccessReviewAuthorizer(kube, cache_seconds=ttl)
+
+
+def build_app(opts: dict[str, Any]):
+    from adapter.app import create_app
+    from forecaster.store import open_store
+
+    settings, url = build_settings(opts)
+    demand, od = build_demand(opts)
+    authn, authz = build_auth(opts)
+    return create_app(settings, open_store(url), demand=demand, observed_direct=od, authenticator=authn,
+                      authorizer=authz, scheduler_routes=not opts.get("scheduler_port"))
