@@ -51,10 +51,10 @@ def _pipeline(training: dict | None = None, serving: dict | None = None):
 MAIN_VARIANTS = {
     "ours": ("predictive", {}, {}),
     "ours+warm": ("predictive+warm", {}, {}),
-    # the reference predictor of replay-anchors.md, as production runs it: AR, p90, no headroom
-    "simple AR p90": ("predictive", {"models": ("ar",)}, {"quantiles": ("p90",), "sources": ("model",), "headrooms": (1.0,)}),
 }
 COST_VARIANTS = {  # serving.violation_cost_pods, the one documented knob of the policy
+    # the simple reference predictor (AR, p90, no headroom) run by the production code
+    "simple AR p90": ("predictive", {"models": ("ar",)}, {"quantiles": ("p90",), "sources": ("model",), "headrooms": (1.0,)}),
     "ours cost 40": ("predictive", {}, {"violation_cost_pods": 40.0}),
     "ours cost 150": ("predictive", {}, {"violation_cost_pods": 150.0}),
 }
@@ -270,8 +270,8 @@ def main(argv=None) -> int:
     ap.add_argument("--offset", type=int, default=0, help="start the every-N-th selection at this series (a second tuning subset)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--variants", default="main", choices=["main", "costs", "windows"],
-                    help="main: ours (a default deployment), ours+warm, simple AR p90; costs: main plus two "
-                         "serving.violation_cost_pods settings")
+                    help="main: ours (a default deployment) and ours+warm; costs: main plus the simple "
+                         "AR predictor and two serving.violation_cost_pods settings; windows: the scale-down window")
     ap.add_argument("--startup", default="constant", choices=["constant", "lognormal"], help="pod start-up model (constant 60 s = the reference)")
     ap.add_argument("--tag", default="", help="suffix for the result files")
     args = ap.parse_args(argv)
