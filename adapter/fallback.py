@@ -162,11 +162,14 @@ class ObservedDirect:
     def _refresh(self, series_id: str) -> Future:
         with self._lock:
             fut = self._inflight.get(series_id)
-            if fut is None:
-                fut = self._pool.submit(self._read, series_id)
-                self._inflight[series_id] = fut
-                fut.add_done_callback(lambda _f, s=series_id: self._done(s))
-            return fut
+            if fut is not None:
+                return fut
+            fut = self._pool.submit(self._read, series_id)
+            self._inflight[series_id] = fut
+        # Outside the lock: a read that already finished (a refused connection is instant)
+        # runs the callback right here, and the callback takes the lock.
+        fut.add_done_callback(lambda _f, s=series_id: self._done(s))
+        return fut
 
     def _done(self, series_id: str) -> None:
         with self._lock:

@@ -320,3 +320,37 @@ def test_foresight_up_serves_its_replayed_trace_demand_when_its_store_is_down(re
     assert r.status_code == 200
     served = float(parse_quantity(r.json()["items"][0]["value"]))
     assert served == pytest.approx(obs.cores / (obs.ready_pods * 0.5), rel=1e-6)
+
+
+def test_a_read_that_finishes_before_it_is_registered_does_not_deadlock():
+    """A refused connection fails at once: the read's future can be done before its
+    completion callback is added (found by bench/chaos.py, where it froze both replicas)."""
+    import threading
+    from concurrent.futures import Future
+
+    from adapter.fallback import DemandUnavailable, ObservedDirect
+
+    class Refused:
+        def knows(self, sid):
+            return True
+
+        def observe(self, sid):
+            raise DemandUnavailable("connection refused")
+
+    class Inline:  # an executor whose futures are done when submit returns
+        def submit(self, fn, *a):
+            f = Future()
+            f.set_result(fn(*a))
+            return f
+
+        def shutdown(self, **kw):
+            pass
+
+    od = ObservedDirect(Refused())
+    od._pool = Inline()
+    got = []
+    t = threading.Thread(target=lambda: got.append(od.get("shop/checkout", [])), daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "get() deadlocked"
+    assert got == [None] and od.source_up is False
