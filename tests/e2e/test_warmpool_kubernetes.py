@@ -43,14 +43,14 @@ def warmpool_kubeconfig(control_plane, applied_manifests):
     return str(control_plane.service_account_kubeconfig("foresight", "foresight-warmpool"))
 
 
-def controller(kubeconfig, clock, name, demand=2.0, **pool):
+def controller(kubeconfig, clock, name, demand=2.0, backend=None, **pool):
     policy = make_policy(name=name, workload={"namespace": NS, "name": name}, backend="kubernetes", runtime_class="crun",
                          template={"image": "registry.k8s.io/pause:3.10", "command": ["/pause"],
                                    "resources": {"cpu": "100m", "memory": "32Mi"}}, **pool)
     store = MemoryForecastStore()
     store.publish(make_forecast(f"{NS}/{name}", origin=clock(), step_seconds=60, mean=[demand] * 3,
                                 quantiles={"p90": [demand] * 3}, model="t", generated_at=clock()))
-    backend = KubernetesBackend(kubeconfig=kubeconfig)
+    backend = backend or KubernetesBackend(kubeconfig=kubeconfig)
     return Controller(policy, store, {"kubernetes": backend}, clock=clock), store, backend
 
 
@@ -159,3 +159,25 @@ def test_rbac_from_the_manifest_bounds_what_the_warm_pool_may_do(control_plane, 
                        runtime_class="crun").pools[0]
     with pytest.raises(BackendError):
         outsider.create(pool, "fs-web5-0", clock(), clock() + 60)
+
+
+def test_warm_pods_land_on_the_node_predicted_cool_through_the_real_scheduler(control_plane, warmpool_kubeconfig):
+    """The node-load forecasts become preferred nodeAffinity terms on warm pods, and the real
+    kube-scheduler (default profile) honours them."""
+    from forecaster.nodes import placement_affinity
+
+    clock = Clock()
+    now = clock()
+    node_store = MemoryForecastStore()
+    for node, zone, load in [("node-a", "zone-1", 0.97), ("node-b", "zone-1", 0.5), ("node-c", "zone-2", 0.05)]:
+        node_store.publish(make_forecast(f"node/{node}", origin=now, step_seconds=60, mean=[load] * 5,
+                                         quantiles={"p50": [load] * 5, "p90": [load] * 5}, model="t",
+                                         observed=((now, load),), generated_at=now,
+                                         meta={"kind": "Node", "node": node, "zone": zone}))
+    backend = KubernetesBackend(kubeconfig=warmpool_kubeconfig,
+                                affinity_provider=lambda: placement_affinity(node_store, now=now))
+    ctl, store, _ = controller(warmpool_kubeconfig, clock, "web6", demand=3.0, backend=backend)
+    ctl.step()
+    placed = [p["spec"]["nodeName"] for p in running(control_plane, "web6", 3).values()]
+    assert "node-a" not in placed, placed
+    assert placed.count("node-c") >= 2, placed
