@@ -48,6 +48,8 @@ def deployment(ns, name, labels=None):
 @pytest.fixture(scope="module")
 def running(crds, redis_server):
     cp = crds
+    # objects other tests of this control plane left behind would be reconciled too
+    cp.kubectl("delete", "predictiveautoscalers", "--all", "--all-namespaces", "--wait=true")
     cp.ensure_namespace("foresight")
     cp.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all([
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "foresight-workloads", "namespace": "foresight"},
