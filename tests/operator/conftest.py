@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +27,18 @@ def start_control_plane(request, tmp_path_factory) -> ControlPlane:
     cp = ControlPlane(bin_dir=bin_dir, dir=tmp_path_factory.mktemp("k8s-operator")).start()
     sys.stderr.write(f"\n[operator] control plane up in {time.monotonic() - t0:.0f} s ({cp.server})\n")
     return cp
+
+
+# pytest-timeout counts fixture setup: the first test here may build the control plane (and
+# helm) cold on a fresh machine, 15-35 min on 2 cores (tests/cluster/build.sh).
+COLD_BUILD_TIMEOUT_SECONDS = 3000
+
+
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.timeout(COLD_BUILD_TIMEOUT_SECONDS))
 
 
 @pytest.fixture(scope="package")
