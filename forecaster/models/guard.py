@@ -38,14 +38,14 @@ class GuardSpec:
 
     def describe(self, model_name: str) -> str:
         w = ", ".join(f"h{h + 1} {x:g}" for h, x in enumerate(self.weights))
+        gain = f"gain over persistence at h=1 {self.gain_h1:+.1%}, {self.z_h1:.1f} standard errors"
+        cap = f"moves from the last value at h<={len(self.weights)} capped at {self.max_move:.3g}"
         if self.weights and self.weights[0] == 0.0:
-            why = (f"{model_name} does not clearly beat persistence at h=1 on the validation tail "
-                   f"(gain {self.gain_h1:+.1%}, {self.z_h1:.1f} standard errors)")
-            head = "first step served by persistence"
-        else:
-            why = f"gain over persistence at h=1 {self.gain_h1:+.1%} ({self.z_h1:.1f} standard errors)"
-            head = "first steps blended with persistence"
-        return f"{head}: {why}; weight on the model {w}; first-step move capped at {self.max_move:.3g}"
+            return (f"first step served by persistence: {model_name} does not clearly beat persistence at h=1 "
+                    f"on the validation tail ({gain}); weight on the model {w}; {cap}")
+        if all(x == 1.0 for x in self.weights):
+            return f"first steps from the model ({gain}); {cap}"
+        return f"first steps blended with persistence ({gain}); weight on the model {w}; {cap}"
 
 
 def lead_guard(
