@@ -8,17 +8,18 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ["forecaster", "adapter", "warmpool", "replay", "foresight"]
+PACKAGES = ["forecaster", "adapter", "warmpool", "replay", "kubeoperator", "foresight"]
 FORBIDDEN = {
-    "forecaster": {"adapter", "warmpool", "replay", "foresight"},
-    "adapter": {"warmpool", "replay", "foresight"},
-    "warmpool": {"adapter", "replay", "foresight"},
-    "replay": {"foresight"},
+    "forecaster": {"adapter", "warmpool", "replay", "kubeoperator", "foresight"},
+    "adapter": {"warmpool", "replay", "kubeoperator", "foresight"},
+    "warmpool": {"adapter", "replay", "kubeoperator", "foresight"},
+    "replay": {"kubeoperator", "foresight"},
+    "kubeoperator": {"replay", "foresight"},
 }
 # outside system -> the only modules allowed to import its client
 OWNERS = {
     "redis": {"forecaster/store.py"},
-    "kubernetes": {"warmpool/backends/kubernetes.py"},
+    "kubernetes": {"warmpool/backends/kubernetes.py", "kubeoperator/kube.py"},
 }
 
 
