@@ -124,3 +124,26 @@ def test_a_served_value_is_never_below_the_observed_demand(seed):
         fc = _fc(pol, status=str(rng.choice(["ok", "fallback"])), q90=float(rng.uniform(0, 50)), obs=float(rng.uniform(0, 50)))
         sv = served_cores(fc, T0 + float(rng.uniform(0, 200)), MetricSettings(), observed=obs)
         assert sv.value >= obs - 1e-12 and math.isfinite(sv.value)
+
+
+def test_rest_and_the_dashboard_show_the_policy_and_why():
+    import dataclasses
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from adapter.app import create_app
+    from adapter.settings import AdapterSettings
+    from tests.adapter.helpers import sample_forecast
+
+    now = time.time()
+    pol = _pol(quantile="p50", headroom=1.27, fallback_headroom=1.4, reason="over the last 575 intervals, p50 x1.27 cost 9000")
+    fc = dataclasses.replace(sample_forecast(now=now), policy=pol)
+    store = MemoryForecastStore()
+    store.publish(fc)
+    with TestClient(create_app(AdapterSettings(), store, clock=lambda: now)) as c:
+        d = c.get("/api/v1/forecasts/shop/checkout").json()
+        assert d["serving_policy"]["headroom"] == 1.27 and "575 intervals" in d["serving_policy"]["reason"]
+        assert d["served"]["predicted_cpu_cores"]["headroom"] == 1.27
+        page = c.get("/").text
+        assert "serving policy" in page and "p50 x1.27" in page
