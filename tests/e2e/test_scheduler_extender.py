@@ -121,6 +121,10 @@ def foresight_scheduler(control_plane, foresight_adapter, serving_pki, tmp_path_
     ext["tlsConfig"]["caFile"] = str(d / "ca.crt")
     ext["tlsConfig"]["serverName"] = "foresight-adapter.foresight.svc"
     (d / "config.yaml").write_text(yaml.safe_dump(conf))
+    # The manifest's example pod has been waiting for this scheduler since the manifests were
+    # applied: the forecasts must be in place before it starts.
+    publish_loads(foresight_adapter.redis_url, {"node-a": 0.97, "node-b": 0.30, "node-c": 0.20})
+    extender_sees(foresight_adapter, serving_pki.ca, "node-a")
     kc = conf["clientConnection"]["kubeconfig"]
     proc = cp.spawn("foresight-scheduler", [
         str(cp.bin_dir / "kube-scheduler"), f"--config={d / 'config.yaml'}", "--bind-address=127.0.0.1",
@@ -156,9 +160,7 @@ def test_the_real_scheduler_binds_pods_away_from_the_node_forecast_hot(control_p
                                                                         serving_pki):
     cp = control_plane
     calls_before = len(foresight_scheduler.recorded)
-    publish_loads(foresight_adapter.redis_url, {"node-a": 0.97, "node-b": 0.30, "node-c": 0.20})
-    extender_sees(foresight_adapter, serving_pki.ca, "node-a")
-    first = _place(cp, "round1", 6)
+    first = _place(cp, "round1", 6)  # node-a forecast hot (published by the fixture)
     assert "node-a" not in first.values(), first
     # The manifest's example pod (applied with the manifests) is placed by the same scheduler.
     demo = wait_for("placement-demo bound", lambda: cp.admin.json("/api/v1/namespaces/shop/pods/placement-demo")["spec"].get("nodeName"),
