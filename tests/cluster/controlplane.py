@@ -17,20 +17,17 @@ thing a kubelet would add that the tests need), and nodes are plain Node objects
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Mapping
 
 import httpx
 

@@ -12,12 +12,14 @@ import base64
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from tests.cluster.controlplane import ROOT, ControlPlane, KubeletStandIn, build_binaries, free_port, tls_context, wait_for
 from tests.cluster.metrics_standin import MetricsServerStandIn
@@ -160,17 +162,11 @@ def operator_crds(kinds) -> list[Path]:
     if not wanted:
         return []
     r = subprocess.run(["go", "mod", "download", "-json", OPERATOR_MODULE], capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "GOFLAGS": "-mod=mod"}, cwd=tempfile_dir())
+                       env={**os.environ, "GOFLAGS": "-mod=mod"}, cwd=tempfile.gettempdir())
     info = _json.loads(r.stdout or "{}")
     if r.returncode != 0 or "Dir" not in info:
         raise RuntimeError(f"go mod download {OPERATOR_MODULE} failed: {info.get('Error') or r.stderr.strip()}")
     return [Path(info["Dir"]) / "example" / "prometheus-operator-crd" / f for f in wanted]
-
-
-def tempfile_dir() -> str:
-    import tempfile
-
-    return tempfile.gettempdir()
 
 
 @pytest.fixture(scope="session")
@@ -182,8 +178,6 @@ def applied_manifests(control_plane):
     cp.ensure_namespace("shop")  # the examples' namespace; a user's workload namespace exists already
     # Namespaces first, as kubectl would need them for the namespaced objects in the same run.
     cp.kubectl("apply", "--server-side", "-f", str(ROOT / "manifests/adapter/namespace.yaml"))
-    import yaml
-
     kinds = {d.get("kind") for p in MANIFESTS for d in yaml.safe_load_all(p.read_text()) if isinstance(d, dict)}
     crds = operator_crds(kinds)
     if crds:
