@@ -35,6 +35,9 @@ def cluster(tmp_path_factory):
         # alice may read what foresight serves in shop only; mallory has no grant at all
         cp.kubectl("-n", "shop", "create", "serviceaccount", "alice")
         cp.kubectl("-n", "shop", "create", "serviceaccount", "mallory")
+        cp.kubectl("-n", "shop", "create", "serviceaccount", "viewer")
+        cp.kubectl("-n", "shop", "create", "rolebinding", "viewer-views", "--clusterrole=view",
+                   "--serviceaccount=shop:viewer")
         r = cp.admin.post("/apis/rbac.authorization.k8s.io/v1/namespaces/shop/roles", {
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": {"name": "foresight-reader", "namespace": "shop"},
@@ -83,3 +86,16 @@ def test_a_token_without_a_grant_is_forbidden_and_a_forged_one_unauthorized(clus
                 labelSelector="workload=checkout").status_code == 401
     # discovery is a non-resource path every authenticated caller may GET (system:discovery)
     assert _get(adapter, EXT, mallory).status_code == 200
+
+
+def test_whoever_may_view_a_namespace_reads_its_forecasts_through_the_aggregated_role(cluster, adapter):
+    viewer = cluster.service_account_token("shop", "viewer")
+
+    def reads() -> bool:  # the clusterrole-aggregation controller folds the rules into view
+        return _get(adapter, "/api/v1/forecasts/shop/checkout", viewer).status_code == 200
+
+    deadline = time.monotonic() + 60
+    while not reads() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert reads()
+    assert _get(adapter, "/api/v1/forecasts/bank/ledger", viewer).status_code == 403

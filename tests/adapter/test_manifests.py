@@ -238,3 +238,13 @@ def test_the_trainer_config_names_its_redis_user_and_password_file():
     (trainer,) = [d for d in BY_KIND["Deployment"] if d["metadata"]["name"] == "foresight-trainer"]
     mounts = {m["mountPath"] for m in trainer["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]}
     assert "/var/run/secrets/redis" in mounts
+
+
+def test_namespace_viewers_may_read_foresights_view_of_their_namespace():
+    (viewer,) = [r for r in BY_KIND["ClusterRole"] if r["metadata"]["name"] == "foresight-forecast-viewer"]
+    assert viewer["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    from adapter.authz import FORECASTS_RESOURCE
+    from adapter.settings import METRICS
+
+    (rule,) = viewer["rules"]
+    assert set(rule["resources"]) == {FORECASTS_RESOURCE, *METRICS} and set(rule["verbs"]) == {"get", "list"}
