@@ -251,3 +251,34 @@ def test_the_password_never_shows_in_the_store_url(redis_acl):
 def test_a_missing_password_file_is_a_clear_error():
     with pytest.raises(StoreError, match="cannot read it"):
         open_store("redis://adapter@127.0.0.1:1/0?password_file=/nonexistent/password")
+
+
+def test_a_tls_redis_is_reached_with_rediss_and_the_ca_file(tmp_path):
+    """TLS as an option: rediss:// plus ca_file= naming the CA that signed Redis' certificate."""
+    import subprocess
+
+    from adapter.tls import write_ca, write_signed
+    from tests import stack
+
+    if not stack.have("redis-server"):
+        pytest.skip("redis-server is not installed; run `make deps`")
+    ca, _, ca_cert, ca_key = write_ca(tmp_path, "redis-ca")
+    crt, key = write_signed(tmp_path, "redis", ca_cert, ca_key, cn="127.0.0.1", client=False, sans=["127.0.0.1"])
+    port = stack.free_port()
+    proc = subprocess.Popen(["redis-server", "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
+                             "--tls-cert-file", str(crt), "--tls-key-file", str(key), "--tls-ca-cert-file", str(ca),
+                             "--tls-auth-clients", "no", "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        stack._wait_port(port, "redis-server (TLS)")
+        s = open_store(f"rediss://127.0.0.1:{port}/0?ca_file={ca}")
+        s.publish(fc())
+        assert s.latest("shop/checkout").generation == 1
+        with pytest.raises(StoreUnavailable):  # without the CA, Redis' certificate is not trusted
+            open_store(f"rediss://127.0.0.1:{port}/0").latest("shop/checkout")
+        plain = open_store(f"redis://127.0.0.1:{port}/0", socket_timeout=1.0)
+        with pytest.raises(StoreUnavailable):  # the same port without TLS does not speak to it
+            plain.latest("shop/checkout")
+    finally:
+        proc.terminate()
+        proc.wait(5)
