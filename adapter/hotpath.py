@@ -54,7 +54,7 @@ class HotPath:
             if key in self.auth.username_headers and v and name is None:
                 name = v.decode("latin-1")
             elif key in self.auth.group_headers and v:
-                groups.extend(g.strip() for g in v.decode("latin-1").split(",") if g.strip())
+                groups.append(v.decode("latin-1"))  # one header per group, as the aggregator sends them
         return User(name, tuple(groups)) if name else None
 
     async def authenticate(self, scope) -> User | None:
