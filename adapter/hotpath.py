@@ -6,7 +6,7 @@ import asyncio
 import hmac
 import logging
 import time
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote
 
 from adapter.authz import Authenticator, Authorizer, KubeUnavailable, User, request_attributes
 from adapter.core import AdapterCore
@@ -48,14 +48,18 @@ class HotPath:
             return None
         if self.auth.allowed_names and cn not in self.auth.allowed_names:
             return None
-        name, groups = None, []
+        name, groups, extra = None, [], {}
         for k, v in scope["headers"]:
             key = k.decode("latin-1").lower()
             if key in self.auth.username_headers and v and name is None:
                 name = v.decode("latin-1")
             elif key in self.auth.group_headers and v:
                 groups.append(v.decode("latin-1"))  # one header per group, as the aggregator sends them
-        return User(name, tuple(groups)) if name else None
+            elif key.startswith(self.auth.extra_header_prefix) and len(key) > len(self.auth.extra_header_prefix):
+                extra.setdefault(unquote(key[len(self.auth.extra_header_prefix):]), []).append(v.decode("latin-1"))
+        if not name:
+            return None
+        return User(name, tuple(groups), extra=tuple(sorted((k, tuple(v)) for k, v in extra.items())))
 
     async def authenticate(self, scope) -> User | None:
         """The caller, or None when the request is not authenticated."""

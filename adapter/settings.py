@@ -65,6 +65,7 @@ class AuthSettings:
     token: str | None = None
     username_headers: tuple[str, ...] = ("x-remote-user",)
     group_headers: tuple[str, ...] = ("x-remote-group",)
+    extra_header_prefix: str = "x-remote-extra-"  # user "extra" (scopes, ...) passed on to the access review
     anonymous_paths: tuple[str, ...] = ("/healthz", "/readyz", "/livez")
 
     @property

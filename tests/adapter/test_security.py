@@ -105,7 +105,8 @@ def test_front_proxy_user_and_groups_are_what_the_access_review_sees(pki):
                                                  allowed_names=("front-proxy-client",)))
     app = create_app(settings, store, authorizer=SubjectAccessReviewAuthorizer(KubeAPI(double.url, token="sa")))
     handle = serve_in_thread(app, "127.0.0.1", free_port(), *map(str, pki["server"]), client_ca_file=str(pki["fp_ca"]))
-    headers = [("X-Remote-User", "bob"), ("X-Remote-Group", "system:authenticated"), ("X-Remote-Group", "shop-team")]
+    headers = [("X-Remote-User", "bob"), ("X-Remote-Group", "system:authenticated"), ("X-Remote-Group", "shop-team"),
+               ("X-Remote-Extra-Scopes", "view"), ("X-Remote-Extra-Scopes", "openid")]
     try:
         with httpx.Client(base_url=handle.url, verify=_ctx(pki, pki["fp"]), headers=headers) as c:
             shop = c.get(f"{EXT}/namespaces/shop/predicted_cpu_cores", params={"labelSelector": "workload=checkout"})
@@ -113,6 +114,7 @@ def test_front_proxy_user_and_groups_are_what_the_access_review_sees(pki):
         assert shop.status_code == 200 and bank.status_code == 403
         spec = double.access_reviews[0]["spec"]
         assert spec["user"] == "bob" and spec["groups"] == ["system:authenticated", "shop-team"]
+        assert spec["extra"] == {"scopes": ["view", "openid"]}
     finally:
         handle.stop()
         double.stop()
