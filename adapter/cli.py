@@ -178,7 +178,11 @@ def run(args: argparse.Namespace) -> int:
     scheme = "http" if args.plain_http else "https"
     auth = ("on, delegated (TokenReview + SubjectAccessReview)" if opts["delegated_auth"] else "on") if (
         settings.auth.enabled or opts["delegated_auth"]) else "off (anyone who can reach the port can read)"
-    print(f"foresight serve: {scheme}://{args.host}:{args.port} store={url} workers={args.workers} auth={auth}", flush=True)
+    from forecaster.store import redact_url
+
+    fallback = "observed-direct from the config's source" if opts["observed_direct"] and args.config else "none (503)"
+    print(f"foresight serve: {scheme}://{args.host}:{args.port} store={redact_url(url)} workers={args.workers} "
+          f"auth={auth} store-down={fallback}", flush=True)
     kw = dict(
         client_ca_file=settings.auth.requestheader_ca_file,
         workers=args.workers,

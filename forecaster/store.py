@@ -253,7 +253,7 @@ class RedisForecastStore:
 
         self._redis_mod = redis
         url, password_file, ca_file = _split_secrets(url, password_file, ca_file)
-        self.url = _redact(url)
+        self.url = redact_url(url)
         self.prefix = prefix
         self.ttl_seconds = int(ttl_seconds)
         kwargs: dict[str, Any] = {}
@@ -395,7 +395,7 @@ def _read_secret(path: str) -> str:
     return secret
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
     """The URL without its password, for messages and logs."""
     from urllib.parse import urlsplit
 

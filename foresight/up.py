@@ -287,7 +287,7 @@ def run_up(args: argparse.Namespace) -> int:
 
     from forecaster.errors import UserError
     from forecaster.sources.csv import read_long_csv
-    from forecaster.store import open_store
+    from forecaster.store import open_store, redact_url
 
     if args.speed <= 0:
         raise UserError(f"--speed must be > 0 (got {args.speed})")
@@ -305,7 +305,7 @@ def run_up(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     print(f"foresight up: replaying {len(workloads)} real traces from {data} as live history "
           f"(speed {args.speed:g}x; {((last - trace0) / args.speed) / 3600:.1f} h of trace left)")
-    print(f"  store: {args.store}")
+    print(f"  store: {redact_url(args.store)}")
 
     fc = Forecasting(store, workloads, clock, tuple(m for m in args.models.split(",") if m))
     fc.fit_all()
