@@ -6,6 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
+from forecaster.engine import add_engine_arguments, engine_from_args
 from forecaster.errors import UserError
 
 DEFAULT_BACKTEST_MODELS = "auto,persistence,seasonal_naive,moving_average,ets,ar,ar_log,prophet,lstm"
@@ -34,6 +35,7 @@ def register(subparsers) -> None:
     b.add_argument("--horizon-weights", default=None, help="comma list, one weight per h, for auto's selection")
     b.add_argument("--lstm-epochs", type=int, default=12)
     b.add_argument("--jobs", type=int, default=1, help="worker processes (one per core)")
+    add_engine_arguments(b)
     b.add_argument("--no-progress", action="store_true")
     b.set_defaults(func=run_backtest_cmd)
 
@@ -108,8 +110,12 @@ def run_backtest_cmd(args) -> int:
     )
     if args.jobs < 1:
         raise UserError(f"--jobs must be >= 1 (got {args.jobs})")
-    run = run_backtest(frame, models, settings, progress=not args.no_progress,
-                       lstm_params={"epochs": args.lstm_epochs}, jobs=args.jobs)
+    engine = engine_from_args(args)
+    try:
+        run = run_backtest(frame, models, settings, progress=not args.no_progress,
+                           lstm_params={"epochs": args.lstm_epochs}, jobs=args.jobs, engine=engine)
+    finally:
+        engine.close()
     if run.rows.empty:
         raise UserError(f"{path}: no series has enough history for the protocol (needs > {args.eval_days:g} days)")
     out = Path(args.out)

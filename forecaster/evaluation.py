@@ -304,9 +304,11 @@ def run_backtest(
     progress: bool = True,
     lstm_params: Mapping[str, Any] | None = None,
     jobs: int = 1,
+    engine=None,
 ) -> BacktestRun:
     """Backtest every series of a long frame with ``models`` (names; "auto" adds the
-    per-series selection). Times each model separately (fit + validation + predict)."""
+    per-series selection). Times each model separately (fit + validation + predict).
+    The series run on ``engine`` (``forecaster.engine``; default: local with ``jobs`` processes)."""
     import pandas as pd
     from tqdm import tqdm
 
@@ -333,25 +335,18 @@ def run_backtest(
     rows: list[dict] = []
     forecasts: dict[str, list[OriginForecasts]] = {}
     per_model_time: dict[str, float] = {}
-    if jobs > 1 and len(arrays) > 1:
-        import multiprocessing as mp
+    from forecaster.engine import open_engine
 
-        # spawn (not fork: a forked child of a process that ran torch can deadlock); the
-        # trained global models travel to each worker once, as state_dicts
-        with mp.get_context("spawn").Pool(jobs, initializer=_worker_init, initargs=((protos, settings, auto, auto_cands),)) as pool:
-            results = pool.imap(_work_one, arrays, chunksize=1)
-            for sid, origins, tm in tqdm(results, total=len(arrays), desc="backtest", unit="series", disable=not progress):
-                forecasts[sid] = origins
-                rows.extend(metrics_rows(sid, origins, settings.quantiles))
-                for k, v in tm.items():
-                    per_model_time[k] = per_model_time.get(k, 0.0) + v
-    else:
-        it = tqdm(arrays, desc="backtest", unit="series", disable=not progress)
-        for sid, ts, v in it:
-            it.set_postfix_str(sid[:30])
-            origins = _backtest_timed(sid, ts, v, protos, settings, auto, auto_cands, per_model_time)
-            forecasts[sid] = origins
-            rows.extend(metrics_rows(sid, origins, settings.quantiles))
+    eng = engine if engine is not None else open_engine("local", jobs=jobs)
+    bar = tqdm(total=len(arrays), desc="backtest", unit="series", disable=not progress)
+    # the trained global models travel to each worker once, in the context
+    results = eng.map(_backtest_item, arrays, context=(protos, settings, auto, auto_cands), progress=bar.update)
+    bar.close()
+    for sid, origins, tm in results:
+        forecasts[sid] = origins
+        rows.extend(metrics_rows(sid, origins, settings.quantiles))
+        for k, v in tm.items():
+            per_model_time[k] = per_model_time.get(k, 0.0) + v
     df = pd.DataFrame(rows)
     summary = summarize(df) if len(df) else pd.DataFrame()
     n = max(1, len(arrays))
@@ -360,23 +355,10 @@ def run_backtest(
     return BacktestRun(df, summary, forecasts, timings, lstm_report)
 
 
-_WORK: Any = None
-
-
-def _worker_init(work) -> None:
-    global _WORK
-    _WORK = work
-    try:
-        import torch
-
-        torch.set_num_threads(1)  # one process per core
-    except ImportError:  # pragma: no cover
-        pass
-
-
-def _work_one(item):
+def _backtest_item(work, item):
+    """One series' walk-forward backtest: what an engine runs per item."""
     sid, ts, v = item
-    protos, settings, auto, auto_cands = _WORK
+    protos, settings, auto, auto_cands = work
     tm: dict[str, float] = {}
     origins = _backtest_timed(sid, ts, v, protos, settings, auto, auto_cands, tm)
     return sid, origins, tm

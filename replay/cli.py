@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from forecaster.engine import add_engine_arguments, engine_from_args
 from forecaster.errors import UserError
 
 DEFAULT_MODES = "reactive,predictive,predictive+warm,oracle"
@@ -45,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warm-pool-size", type=int, default=None, help="warm pods kept at least for predictive+warm (default 1; plus 10%% of replicas)")
     p.add_argument("--seed", type=int, default=0, help="seed of the start-up time draws")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    add_engine_arguments(p, jobs=True)
     p.set_defaults(func=run_replay)
 
 
@@ -123,7 +125,8 @@ def run_replay(args: argparse.Namespace) -> int:
     from forecaster.frames import series_arrays
     from forecaster.sources.csv import read_long_csv
     from replay import report
-    from replay.simulate import MODES, make_world, production_feed, run_mode
+    from replay.series import ReplayWork, replay_series, work_items
+    from replay.simulate import MODES
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in MODES]
@@ -147,27 +150,21 @@ def run_replay(args: argparse.Namespace) -> int:
         raise UserError(f"--data {args.data} has no series")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows, errors, figures, worlds = [], [], [], []
-    bar = tqdm(total=len(series) * len(modes), desc="replay", unit="run")
-    for sid, ts, v in series:
-        try:
-            world = make_world(sid, ts.astype("int64"), v, cfg)
-        except ValueError as exc:
-            raise UserError(f"{exc} (use --train-days/--replay-days for shorter traces)") from exc
-        feed = production_feed(world, cfg) if any(m.startswith("predictive") for m in modes) else None
-        results = {}
-        for mode in modes:
-            bar.set_postfix_str(f"{sid} {mode}")
-            r = run_mode(world, mode, cfg, feed if mode.startswith("predictive") else None)
-            results[mode] = r
-            rows.append(r.row())
-            bar.update(1)
-        if feed is not None:
-            errors.append({"series_id": sid, **feed.summary(), **feed.error(world.sample_ts, world.sample_cores, world.t0)})
-        if len(figures) < 2 * 12:  # plots for the first 12 series
-            figures.append((f"{sid}: whole replay", report.series_figure(world, results)))
-            figures.append((f"{sid}: zoom on 6 hours", report.series_figure(world, results, zoom_hours=6)))
-    bar.close()
+    rows, errors, figures = [], [], []
+    bar = tqdm(total=len(series), desc="replay", unit="series")
+    engine = engine_from_args(args)
+    try:  # one production feed per series: a series is the unit of work
+        done = engine.map(replay_series, work_items(series, plotted=12), context=ReplayWork(cfg, tuple(modes)),
+                          progress=bar.update)
+    finally:
+        engine.close()
+        bar.close()
+    for one in done:
+        if one.problem:
+            raise UserError(f"{one.problem} (use --train-days/--replay-days for shorter traces)")
+        rows.extend(one.rows)
+        errors.extend([one.error] if one.error else [])
+        figures.extend(one.figures)
     figures.insert(0, ("Cost vs risk over all series", report.scatter_figure(rows)))
     report.write_summary(rows, out / "summary.csv")
     report.write_forecast_errors(errors, out / "forecast_error.csv")

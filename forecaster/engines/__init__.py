@@ -1,0 +1,1 @@
+"""Engines behind ``forecaster.engine`` (``local``, ``ray``)."""

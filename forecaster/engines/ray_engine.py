@@ -1,0 +1,90 @@
+"""The ``ray`` engine: batches of per-series work as Ray tasks. The only module that imports ray.
+
+A batch is one task (``forecaster.engine.run_batch``); the shared context is put in the object
+store once per ``map``. Ray reruns a task whose worker process or node died (``max_retries``);
+the results of a batch are taken once, from whichever attempt finished, so a series is never
+lost or counted twice. Errors raised by the work itself are not retried: they would repeat.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any, Callable, Sequence
+
+from forecaster.engine import EngineError, MapStats, Progress, auto_batch_size, batches, run_batch
+
+log = logging.getLogger(__name__)
+
+try:
+    import ray
+except ImportError:  # pragma: no cover - reported when the engine is opened
+    ray = None  # type: ignore[assignment]
+
+
+def _connect(address: str | None, num_cpus: int | None) -> bool:
+    """Connect (or start a local Ray when there is no address); True when this call did."""
+    if ray is None:
+        raise EngineError("--engine ray needs the ray package: pip install 'foresight[ray]'")
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
+    if not address and not os.environ.get("RAY_ADDRESS") and num_cpus:
+        kwargs["num_cpus"] = int(num_cpus)  # a local Ray of exactly this size
+    try:
+        ray.init(address=address or None, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - any connection failure reads the same to a user
+        raise EngineError(
+            f"cannot reach Ray at {address or os.environ.get('RAY_ADDRESS') or 'a new local instance'}: {exc}; "
+            "start one with `ray start --head` or pass --ray-address ray://HOST:10001"
+        ) from exc
+    return True
+
+
+class RayEngine:
+    name = "ray"
+
+    def __init__(self, address: str | None = None, *, num_cpus: int | None = None, max_retries: int = 3,
+                 waves: int = 4) -> None:
+        self.address = address
+        self.max_retries = int(max_retries)
+        self.waves = int(waves)
+        self._owns = _connect(address, num_cpus)
+        self._task = ray.remote(run_batch).options(max_retries=self.max_retries, retry_exceptions=False,
+                                                   num_cpus=1)
+        self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self.last_stats = MapStats(workers=self.workers)
+
+    def map(self, fn: Callable[[Any, Any], Any], items: Sequence[Any], *, context: Any = None,
+            batch_size: int | None = None, progress: Progress | None = None) -> list[Any]:
+        items = list(items)
+        t0 = time.perf_counter()
+        self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        size = batch_size or auto_batch_size(len(items), self.workers, self.waves)
+        parts = batches(items, size)
+        ctx = ray.put(context)
+        index = {self._task.remote(fn, ctx, b): i for i, b in enumerate(parts)}
+        results: list[list[Any] | None] = [None] * len(parts)
+        pending = list(index)
+        spent = 0.0
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                try:
+                    res, secs = ray.get(ref)
+                except ray.exceptions.RayTaskError:
+                    raise  # the work itself failed: the caller sees its own exception
+                except ray.exceptions.RayError as exc:
+                    raise EngineError(f"a Ray batch failed after {self.max_retries} retries: {exc}") from exc
+                results[index[ref]] = res
+                spent += secs
+                if progress:
+                    progress(len(res))
+        self.last_stats = MapStats(len(items), len(parts), size, self.workers, time.perf_counter() - t0, spent)
+        return [r for part in results for r in part]  # type: ignore[union-attr]
+
+    def close(self) -> None:
+        if self._owns and ray.is_initialized():
+            ray.shutdown()
+            self._owns = False
