@@ -57,6 +57,10 @@ def register(subparsers) -> None:
     t.add_argument("--now", type=float, default=None, metavar="UNIX_SECONDS",
                    help="with --once: run the step as of this instant (history up to it), e.g. to reproduce "
                         "what the trainer published at a past moment")
+    t.add_argument("--engine", choices=["local", "ray"], default=None,
+                   help="where the per-series fits run (default training.engine of the config, else local)")
+    t.add_argument("--ray-address", default=None, metavar="ray://HOST:10001",
+                   help="with --engine ray (default training.ray_address, else $RAY_ADDRESS)")
     t.set_defaults(func=run_train_cmd)
 
 
@@ -218,6 +222,7 @@ def run_train_cmd(args) -> int:
         timeout_seconds=src.timeout_seconds,
     ) if not src.url.startswith(("csv://", "file://")) else open_source(src.url)
     store = open_store(args.store or config.store.url, ttl_seconds=config.store.ttl_seconds)
+    engine = _train_engine(args, config)
 
     def report(out) -> None:
         for sid, r in sorted(out["results"].items()):
@@ -234,11 +239,26 @@ def run_train_cmd(args) -> int:
             raise UserError("--now needs --once (a schedule runs on the wall clock)")
         if args.once:
             trainer = trainer_from_config(config, store)
-            out = train_once(config, source, store, now=args.now, trainer=trainer)
+            out = train_once(config, source, store, now=args.now, trainer=trainer, engine=engine)
             report(out)
             ok = any(r.get("published") for r in out["results"].values())
             return 0 if ok else 1
-        run_schedule(config, source, store, iterations=args.iterations, on_step=report)
+        run_schedule(config, source, store, iterations=args.iterations, on_step=report, engine=engine)
     finally:
         store.close()
+        if engine is not None:
+            engine.close()
     return 0
+
+
+def _train_engine(args, config):
+    """None (fits in this process, today's trainer) unless the flags or training.engine say ray."""
+    from forecaster.engine import open_engine
+
+    name = args.engine or config.training.engine
+    address = args.ray_address or (config.training.ray_address if name == config.training.engine else None)
+    if name == "local":
+        if args.ray_address:
+            raise UserError("--ray-address needs --engine ray")
+        return None
+    return open_engine(name, address=address)

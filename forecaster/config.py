@@ -20,6 +20,8 @@ training:
   horizon_steps: 12
   quantiles: [0.5, 0.9]
   models: [auto]
+  engine: local                       # or ray: the per-series fits run as Ray tasks (manifests/ray/)
+  ray_address: ray://foresight-ray-head-svc.foresight:10001   # with engine: ray (default $RAY_ADDRESS)
 serving:                              # optional: how each workload's serving policy is chosen
   violation_cost_pods: 90             # one SLO-violation interval is worth this many pod-intervals
   quantiles: [p50, p90]               # published quantiles the policy may serve
@@ -91,6 +93,8 @@ class TrainingConfig:
     horizon_steps: int = 12
     quantiles: tuple[float, ...] = (0.5, 0.9)
     models: tuple[str, ...] = ("auto",)
+    engine: str = "local"  # where the per-series fits run (forecaster.engine): local or ray
+    ray_address: str | None = None  # with engine: ray, e.g. ray://foresight-ray-head-svc:10001
 
 
 @dataclass(frozen=True)
@@ -217,6 +221,21 @@ def _dns_label(v: str) -> str | None:
     return "must be a lowercase DNS name (a-z, 0-9, '-', '.')"
 
 
+def _engine(c: _Checker, tr: dict) -> tuple[str, str | None]:
+    from forecaster.engine import ENGINES
+
+    engine = c.typed(tr, "engine", "training", (str,), "local")
+    if engine not in ENGINES:
+        c.add("training.engine", f"{engine!r} must be one of {', '.join(sorted(ENGINES))}")
+        engine = "local"
+    address = c.typed(tr, "ray_address", "training", (str,), None)
+    if address is not None and engine != "ray":
+        c.add("training.ray_address", f"{address!r} needs training.engine: ray")
+    elif address is not None and not (address.startswith("ray://") or ":" in address):
+        c.add("training.ray_address", f"{address!r} must be ray://HOST:10001 (Ray client) or HOST:6379")
+    return engine, address
+
+
 def parse_config(data: Any, source: str = "<config>") -> Config:
     c = _Checker()
     top = c.mapping(
@@ -266,8 +285,10 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
     tr = c.mapping(
         top.get("training"),
         "training",
-        {k: "" for k in ("retrain_interval_seconds", "refresh_interval_seconds", "horizon_steps", "quantiles", "models")},
+        {k: "" for k in ("retrain_interval_seconds", "refresh_interval_seconds", "horizon_steps", "quantiles", "models",
+                         "engine", "ray_address")},
     )
+    engine, ray_address = _engine(c, tr)
     qs = tr.get("quantiles", [0.5, 0.9])
     qlist: list[float] = []
     if not isinstance(qs, list) or not qs:
@@ -288,6 +309,8 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
         horizon_steps=int(c.typed(tr, "horizon_steps", "training", (int,), 12, check=_positive)),
         quantiles=tuple(sorted(qlist)) or (0.5, 0.9),
         models=tuple(models),
+        engine=engine,
+        ray_address=ray_address,
     )
 
     serving_cfg = _serving(c, top.get("serving"), training_cfg.quantiles)

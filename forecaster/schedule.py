@@ -30,11 +30,11 @@ import numpy as np
 from forecaster.history import HistoryCache, frame_arrays
 from forecaster.models import ModelError
 from forecaster.store import ForecastStore
-from forecaster.training import GLOBAL_MODELS, Trainer, step_workload
+from forecaster.training import GLOBAL_MODELS, Trainer, fit_item, step_workload
 
 log = logging.getLogger(__name__)
 
-__all__ = ["train_once", "run_schedule", "TrainScheduler", "ThreadFits", "InlineFits", "trainer_from_config",
+__all__ = ["train_once", "run_schedule", "TrainScheduler", "ThreadFits", "InlineFits", "EngineFits", "trainer_from_config",
            "workload_meta", "fit_priority"]
 
 
@@ -114,11 +114,12 @@ def history_cache(config, source) -> HistoryCache:
 
 
 def train_once(config, source, store: ForecastStore | None, now: float | None = None, trainer: Trainer | None = None,
-               history: HistoryCache | None = None) -> dict[str, Any]:
+               history: HistoryCache | None = None, engine=None) -> dict[str, Any]:
     """One step of ``foresight train``: for every workload, pull history, retrain when due,
     refresh and publish. Returns {"trainer", "results": {series_id: {...}}}; a failing
     workload is reported in its result and does not stop the others. With ``history`` the
-    workloads that are not due pull only their new samples (the due ones pull in full)."""
+    workloads that are not due pull only their new samples (the due ones pull in full). With
+    ``engine`` (``forecaster.engine``) the due per-series fits run on it, and the refreshes here."""
     now = time.time() if now is None else float(now)
     trainer = trainer or trainer_from_config(config, store)
     histories: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -138,15 +139,33 @@ def train_once(config, source, store: ForecastStore | None, now: float | None = 
     due = {sid for sid in histories if trainer.due(sid, now)}
     global_fit = bool(due) and trainer.has_global()
     if global_fit:  # the global models train once across the fleet before the per-series fits
-        trainer.fit_fleet({sid: histories[sid] for sid in due}, now=now,
-                          capacities={sid: caps[sid][0].get("cpu_request_cores") for sid in due})
+        if engine is None:
+            trainer.fit_fleet({sid: histories[sid] for sid in due}, now=now,
+                              capacities={sid: caps[sid][0].get("cpu_request_cores") for sid in due})
+        else:
+            trainer.fit_global({sid: histories[sid] for sid in due}, now=now)
+    fitted = global_fit
+    if engine is not None and due:  # fitted there: the publish loop below only refreshes
+        _fit_on_engine(engine, trainer, [(sid, *histories[sid], now, caps[sid][0].get("cpu_request_cores"))
+                                         for sid in histories if sid in due], results)
+        fitted = True
     for w in config.workloads:
         sid = w.series_id
-        if sid in histories:
+        if sid in histories and sid not in results:  # not a failed fit
             ts, vals = histories[sid]
-            results[sid] = _publish(trainer, w, ts, vals, now, caps[sid], fit=(sid in due) and not global_fit,
+            results[sid] = _publish(trainer, w, ts, vals, now, caps[sid], fit=(sid in due) and not fitted,
                                     retrained=sid in due)
     return {"trainer": trainer, "results": results}
+
+
+def _fit_on_engine(engine, trainer: Trainer, items: list, results: dict[str, dict[str, Any]]) -> None:
+    """Fit ``items`` on ``engine`` and adopt the states; a failed fit is that workload's result."""
+    for (sid, *_), got in zip(items, engine.map(fit_item, items, context=trainer.detached())):
+        if isinstance(got, Exception):
+            results[sid] = {"series_id": sid, "published": False, "error": str(got)}
+            log.warning("%s", got)
+        else:
+            trainer.adopt(got)
 
 
 def _publish(trainer: Trainer, w, ts, vals, now: float, cap: tuple[dict, list[str]], fit: bool,
@@ -303,6 +322,51 @@ class ThreadFits(_Queue):
             self._thread.join(timeout)
 
 
+class EngineFits(ThreadFits):
+    """``ThreadFits`` whose worker takes every queued fit at once: it pulls the histories here,
+    fits them as one ``map`` on ``engine`` (``forecaster.engine``, e.g. a Ray cluster) and adopts
+    the fitted states here. Jobs without a per-series part (the global model) run in the thread."""
+
+    def __init__(self, engine, **kwargs: Any) -> None:
+        self.engine = engine
+        super().__init__(**kwargs)
+
+    def run_one(self) -> bool:
+        with self.cond:
+            taken = [heapq.heappop(self._heap)[2:] for _ in range(len(self._heap))]
+        if not taken:
+            return False
+        items, keys, trainer = [], [], None
+        for key, job in taken:
+            try:
+                if hasattr(job, "prepare"):
+                    items.append(job.prepare())
+                    keys.append(key)
+                    trainer = job.trainer
+                    continue
+                job()
+            except Exception:  # noqa: BLE001 - one failed fit never stops the worker
+                log.exception("fit job %s failed", key)
+            self.finish(key)
+        try:
+            if items:
+                for got in self.engine.map(fit_item, items, context=trainer.detached()):
+                    if isinstance(got, Exception):
+                        log.warning("%s", got)
+                    else:
+                        trainer.adopt(got)
+        except Exception:  # noqa: BLE001 - the keys are released: the next step queues them again
+            log.exception("fits on %s failed", getattr(self.engine, "name", "engine"))
+        finally:
+            for key in keys:
+                self.finish(key)
+        return True
+
+    def stop(self, timeout: float | None = 5.0) -> None:
+        super().stop(timeout)
+        self.engine.close()
+
+
 def _prefetch(fn: Callable[[Any], Any], items: Iterable[Any], threads: int, ahead: int) -> Iterator[tuple[Any, Any]]:
     """(item, fn(item) or the exception it raised), in order, with up to ``ahead`` calls in
     flight on ``threads`` threads: source latency overlaps the refreshes."""
@@ -400,12 +464,16 @@ class TrainScheduler:
         return queued
 
     def _fit_job(self, w) -> Callable[[], None]:
-        def job() -> None:
+        def prepare() -> tuple:
             now = self.clock()
             ts, vals = _checked(w.series_id, w.demand_query,
                                 self.history.pull(w.series_id, w.demand_query, now, full=True))
-            cap = self._caps.get(w.series_id, {}).get("cpu_request_cores")
-            self.trainer.fit(w.series_id, ts, vals, now=now, capacity_per_pod=cap)
+            return w.series_id, ts, vals, now, self._caps.get(w.series_id, {}).get("cpu_request_cores")
+
+        def job() -> None:
+            sid, ts, vals, now, cap = prepare()
+            self.trainer.fit(sid, ts, vals, now=now, capacity_per_pod=cap)
+        job.prepare, job.trainer = prepare, self.trainer  # type: ignore[attr-defined]  # for EngineFits
         return job
 
     def _global_job(self, workloads: list) -> Callable[[], None]:
@@ -424,11 +492,13 @@ class TrainScheduler:
 def run_schedule(config, source, store, *, clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep, iterations: int | None = None,
                  on_step: Callable[[dict], None] | None = None, fits: ThreadFits | InlineFits | None = None,
-                 pull_threads: int = 4) -> Trainer:
+                 pull_threads: int = 4, engine=None) -> Trainer:
     """Every ``refresh_interval_seconds`` one ``TrainScheduler.step``; fits run on ``fits``
-    (a ``ThreadFits`` by default) and never delay the next step."""
+    (a ``ThreadFits`` by default, an ``EngineFits`` with ``engine``) and never delay the next step."""
     trainer = trainer_from_config(config, store, clock)
-    fits = fits if fits is not None else ThreadFits(max_hold_seconds=config.training.refresh_interval_seconds)
+    hold = config.training.refresh_interval_seconds
+    if fits is None:
+        fits = ThreadFits(max_hold_seconds=hold) if engine is None else EngineFits(engine, max_hold_seconds=hold)
     sched = TrainScheduler(config, source, trainer, fits=fits, pull_threads=pull_threads, clock=clock)
     interval = config.training.refresh_interval_seconds
     i = 0

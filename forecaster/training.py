@@ -20,6 +20,7 @@ model is still scored, and served again once it recovers).
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import time
@@ -39,7 +40,7 @@ from forecaster.store import Forecast, ForecastStore, make_forecast
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Trainer", "SeriesState", "expand_models", "step_workload"]
+__all__ = ["Trainer", "SeriesState", "expand_models", "step_workload", "fit_item"]
 
 GLOBAL_MODELS = ("lstm",)
 
@@ -198,6 +199,17 @@ class Trainer:
         log.debug("fit %s -> %s (%s); policy %s", series_id, st.model_name, st.reason, st.policy.reason)
         return st
 
+    def detached(self) -> "Trainer":
+        """This trainer's settings and global models without its store or fitted states: what an
+        engine (``forecaster.engine``) ships to its workers to run ``fit`` there."""
+        twin = copy.copy(self)
+        twin.store, twin._states, twin.prototypes = None, {}, dict(self.prototypes)
+        return twin
+
+    def adopt(self, state: SeriesState) -> None:
+        """Install a state fitted elsewhere (``fit_item`` on an engine's worker)."""
+        self._states[state.series_id] = state
+
     def due(self, series_id: str, now: float | None = None) -> bool:
         """True when the series has no model, its model drifted, or its retrain interval passed."""
         now = self.clock() if now is None else now
@@ -351,3 +363,13 @@ def step_workload(trainer: Trainer, series_id: str, ts: np.ndarray, vals: np.nda
     if fit if fit is not None else trainer.due(series_id, now):
         trainer.fit(series_id, ts, vals, now=now, capacity_per_pod=meta.get("cpu_request_cores"))
     return trainer.refresh(series_id, ts, vals, now=now, meta=meta)
+
+
+def fit_item(trainer: Trainer, item: tuple[str, np.ndarray, np.ndarray, float, float | None]) -> SeriesState | Exception:
+    """One fit as an engine's work item: (series_id, ts, values, now, cpu_request_cores) on a
+    ``Trainer.detached()`` copy; the state (or the error) goes back to be ``adopt``-ed."""
+    sid, ts, vals, now, cap = item
+    try:
+        return trainer.fit(sid, ts, vals, now=now, capacity_per_pod=cap)
+    except Exception as exc:  # noqa: BLE001 - one workload's failure is its own
+        return ModelError(f"{sid}: fit failed: {exc}")

@@ -53,14 +53,18 @@ class RayEngine:
         self._owns = _connect(address, num_cpus)
         self._task = ray.remote(run_batch).options(max_retries=self.max_retries, retry_exceptions=False,
                                                    num_cpus=1)
-        self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self.workers = max(1, self.cluster_cpus())
         self.last_stats = MapStats(workers=self.workers)
+
+    def cluster_cpus(self) -> int:
+        """CPUs of the nodes alive now (a task takes one)."""
+        return int(ray.cluster_resources().get("CPU", 0))
 
     def map(self, fn: Callable[[Any, Any], Any], items: Sequence[Any], *, context: Any = None,
             batch_size: int | None = None, progress: Progress | None = None) -> list[Any]:
         items = list(items)
         t0 = time.perf_counter()
-        self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self.workers = max(1, self.cluster_cpus())
         size = batch_size or auto_batch_size(len(items), self.workers, self.waves)
         parts = batches(items, size)
         ctx = ray.put(context)

@@ -1,0 +1,21 @@
+"""Work items the Ray workers import by name (the cluster's PYTHONPATH holds the repo root)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+
+def square_once_killed(ctx: tuple[str, int], x: int) -> int:
+    """x * x, logging every attempt; the first attempt at item ``victim`` writes its pid and
+    waits to be killed by the test."""
+    log_dir, victim = ctx
+    d = Path(log_dir)
+    with open(d / "attempts", "a") as f:
+        f.write(f"{x} {os.getpid()}\n")
+    if x == victim and not (d / "killed").exists():
+        (d / "victim.pid").write_text(str(os.getpid()))
+        time.sleep(120)  # far longer than the test waits: the kill ends it
+    time.sleep(0.02)
+    return x * x
