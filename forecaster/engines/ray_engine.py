@@ -17,6 +17,8 @@ from forecaster.engine import EngineError, MapStats, Progress, auto_batch_size, 
 
 log = logging.getLogger(__name__)
 
+CLIENT_ATTEMPTS = 3
+
 try:
     import ray
 except ImportError:  # pragma: no cover - reported when the engine is opened
@@ -32,14 +34,25 @@ def _connect(address: str | None, num_cpus: int | None) -> bool:
     kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
     if not address and not os.environ.get("RAY_ADDRESS") and num_cpus:
         kwargs["num_cpus"] = int(num_cpus)  # a local Ray of exactly this size
-    try:
-        ray.init(address=address or None, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - any connection failure reads the same to a user
-        raise EngineError(
-            f"cannot reach Ray at {address or os.environ.get('RAY_ADDRESS') or 'a new local instance'}: {exc}; "
-            "start one with `ray start --head` or pass --ray-address ray://HOST:10001"
-        ) from exc
+    for attempt in range(1, CLIENT_ATTEMPTS + 1):
+        try:
+            ray.init(address=address or None, **kwargs)
+            return True
+        except ConnectionAbortedError as exc:
+            # the Ray client proxy sometimes loses the server it forks for a new client (a gRPC
+            # fork race, ray-project/ray#63202); a new connection gets a new server
+            if attempt == CLIENT_ATTEMPTS:
+                raise _unreachable(address, exc) from exc
+            log.warning("Ray client connection to %s failed (%s); retrying", address, str(exc).splitlines()[0])
+            ray.shutdown()
+        except Exception as exc:  # noqa: BLE001 - any other connection failure reads the same to a user
+            raise _unreachable(address, exc) from exc
     return True
+
+
+def _unreachable(address: str | None, exc: Exception) -> EngineError:
+    return EngineError(f"cannot reach Ray at {address or os.environ.get('RAY_ADDRESS') or 'a new local instance'}: "
+                       f"{exc}; start one with `ray start --head` or pass --ray-address ray://HOST:10001")
 
 
 class RayEngine:

@@ -47,7 +47,30 @@ def _start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     return subprocess.Popen(cmd, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Ray puts its workers in process groups of their own)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
 def _stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
+    if sig == signal.SIGKILL:  # a crash: the node and its workers at the same instant
+        for pid in _descendants(proc.pid):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
     try:
         os.killpg(proc.pid, sig)
     except ProcessLookupError:
@@ -72,18 +95,12 @@ def _wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 90
     raise RuntimeError(f"ray did not open port {port} in {timeout:.0f} s:\n{log.read_text()[-3000:]}")
 
 
-def _wait_cpus(cluster: RayCluster, cpus: int, timeout: float = 90.0) -> None:
-    from forecaster.engines.ray_engine import RayEngine
-
-    engine = RayEngine(address=cluster.address)
-    try:
-        deadline = time.monotonic() + timeout
-        while engine.cluster_cpus() < cpus:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the cluster has {engine.cluster_cpus()} CPUs after {timeout:.0f} s, expected {cpus}")
-            time.sleep(0.5)
-    finally:
-        engine.close()
+def _wait_cpus(engine, cpus: int, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while engine.cluster_cpus() < cpus:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the cluster has {engine.cluster_cpus()} CPUs after {timeout:.0f} s, expected {cpus}")
+        time.sleep(0.5)
 
 
 @pytest.fixture(scope="session")
@@ -112,10 +129,16 @@ def ray_cluster():
         _wait_port(gcs, head, log)
         _wait_port(client, head, log)
         cluster.start_worker("worker", env)
-        _wait_cpus(cluster, 2)
+        from forecaster.engines.ray_engine import RayEngine
+
+        # one client connection for the session: every engine the tests open reuses it
+        cluster.engine = RayEngine(address=cluster.address)  # type: ignore[attr-defined]
+        _wait_cpus(cluster.engine, 2)
         cluster.env = env  # type: ignore[attr-defined]
         yield cluster
     finally:
+        if getattr(cluster, "engine", None) is not None:
+            cluster.engine.close()
         for name in [n for n in cluster.procs if n != "head"] + ["head"]:
             _stop(cluster.procs.pop(name))
         for k, v in saved.items():

@@ -31,11 +31,7 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture
 def ray_engine(ray_cluster):
-    from forecaster.engines.ray_engine import RayEngine
-
-    engine = RayEngine(address=ray_cluster.address)
-    yield engine
-    engine.close()
+    return ray_cluster.engine
 
 
 def test_the_engine_sees_both_nodes_of_the_cluster(ray_engine):
@@ -100,6 +96,30 @@ def test_train_once_fits_on_ray_and_publishes_what_local_publishes(ray_engine):
         assert out_remote["trainer"].state(sid).fitted
 
 
+def test_the_trainer_schedule_sends_its_due_fits_to_ray_in_one_batch_and_adopts_them(ray_engine):
+    from forecaster.schedule import EngineFits, TrainScheduler, trainer_from_config
+
+    config = _config(["auto"])
+    src = CsvSource(str(DATA))
+    f = src.load()
+    now = pd.Timestamp(f[f.series_id.isin(SERIES)]["timestamp"].max()).timestamp() - 86400.0
+    reference = train_once(config, src, MemoryForecastStore(), now=now)["trainer"]
+    trainer = trainer_from_config(config, MemoryForecastStore(), clock=lambda: now)
+    fits = EngineFits(ray_engine, start=False)  # run_one by hand: no thread, no timing
+    sched = TrainScheduler(config, src, trainer, fits=fits, clock=lambda: now)
+    report = sched.step(now)
+    sids = [f"ns/{s}" for s in SERIES]
+    assert report["published"] == 3 and sorted(report["queued"]) == sorted(sids)
+    assert all(not trainer.state(sid).fitted for sid in sids)  # placeholders until the fits land
+    assert fits.run_one()
+    assert ray_engine.last_stats.items == 3 and fits.pending() == 0 and fits.done == 3
+    for sid in sids:
+        got, want = trainer.state(sid), reference.state(sid)
+        assert got.fitted and got.model_name == want.model_name and got.backtest_error == want.backtest_error
+        assert got.policy == want.policy
+    assert not sched.queue_due(now, list(config.workloads))  # fitted: nothing is due again
+
+
 def test_a_worker_killed_mid_run_is_retried_and_no_item_is_lost_or_counted_twice(ray_engine, tmp_path):
     items = list(range(24))
     victim = 13
@@ -135,3 +155,40 @@ def _square(ctx, x):
     from tests.engine.work import square_once_killed
 
     return square_once_killed(ctx, x)
+
+
+def test_a_worker_node_killed_mid_run_loses_no_item(ray_cluster, tmp_path):
+    from tests.engine.conftest import _wait_cpus
+
+    doomed = "doomed"
+    ray_cluster.start_worker(doomed, {**ray_cluster.env, "FORESIGHT_TEST_NODE": doomed})
+    engine = ray_cluster.engine
+    _wait_cpus(engine, 3)
+    items = list(range(18))
+    got: dict[str, object] = {}
+    t = threading.Thread(target=lambda: got.update(results=engine.map(_slow, items, context=(str(tmp_path), 1.0),
+                                                                      batch_size=1)))
+    t.start()
+    log = tmp_path / "attempts"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (log.exists() and f" {doomed}\n" in log.read_text()):
+        time.sleep(0.05)
+    assert log.exists() and f" {doomed}\n" in log.read_text(), "no task started on the doomed node"
+    ray_cluster.kill(doomed)  # mid-task: its item started there and cannot end there
+    t.join(timeout=240)
+    assert not t.is_alive()
+    assert got["results"] == [x * x for x in items]
+    lines = [line.split() for line in (tmp_path / "attempts").read_text().splitlines()]
+    on_doomed = {int(x) for what, x, g in lines if what == "start" and g == doomed}
+    ended_there = {int(x) for what, x, g in lines if what == "end" and g == doomed}
+    interrupted = on_doomed - ended_there
+    assert interrupted, "the kill came after the doomed node's work had ended"
+    ended = [int(x) for what, x, g in lines if what == "end"]
+    assert set(ended) == set(items)  # every interrupted item ran again on a node that lived
+    assert all(any(int(x) == i and g != doomed for w, x, g in lines if w == "end") for i in interrupted)
+
+
+def _slow(ctx, x):
+    from tests.engine.work import slow_square
+
+    return slow_square(ctx, x)

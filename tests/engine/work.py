@@ -19,3 +19,16 @@ def square_once_killed(ctx: tuple[str, int], x: int) -> int:
         time.sleep(120)  # far longer than the test waits: the kill ends it
     time.sleep(0.02)
     return x * x
+
+
+def slow_square(ctx: tuple[str, float], x: int) -> int:
+    """x * x after ``seconds``, logging the start and end of every attempt with the name of the
+    Ray node that ran it (the FORESIGHT_TEST_NODE its raylet passed on)."""
+    log_dir, seconds = ctx
+    group = os.environ.get("FORESIGHT_TEST_NODE", "-")
+    with open(Path(log_dir) / "attempts", "a") as f:
+        f.write(f"start {x} {group}\n")
+    time.sleep(seconds)
+    with open(Path(log_dir) / "attempts", "a") as f:
+        f.write(f"end {x} {group}\n")
+    return x * x
