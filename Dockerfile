@@ -9,6 +9,6 @@ COPY adapter ./adapter
 COPY warmpool ./warmpool
 COPY replay ./replay
 RUN pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu torch==2.13.0 \
- && pip install --no-cache-dir .
+ && pip install --no-cache-dir '.[ray]'
 USER 65532:65532
 ENTRYPOINT ["foresight"]
