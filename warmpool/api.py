@@ -5,6 +5,11 @@
   GET  /api/v1/pools, /api/v1/pools/{pool}, /api/v1/coldstart
   GET  /metrics (Prometheus), /healthz
 
+With an ``auth`` (``warmpool.auth.Authenticator``) every path but /healthz and /metrics needs
+``Authorization: Bearer <token>``: 401 without a valid one, 403 for an identity not allowed,
+503 when a TokenReview cannot be done right now. Without one the API is open (``foresight up``
+on loopback, or ``warmpool run --insecure-no-auth``).
+
 Handlers only read the controller's state or run a claim; they never query the forecast store.
 """
 
@@ -16,14 +21,33 @@ if TYPE_CHECKING:
     from warmpool.controller import Controller
 
 
-def create_app(controller: "Controller"):
-    from fastapi import Body, FastAPI, HTTPException, Response
+def create_app(controller: "Controller", auth=None):
+    from fastapi import Body, FastAPI, HTTPException, Request, Response
+    from fastapi.responses import JSONResponse
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     from starlette.concurrency import run_in_threadpool
 
     from warmpool.controller import ClaimFailed, NotClaimed, NoWarmContainer, UnknownPool
 
+    from warmpool.auth import OPEN_PATHS, Forbidden, ReviewUnavailable, Unauthenticated
+
     app = FastAPI(title="foresight warm pools", version="v1alpha1")
+
+    if auth is not None:
+        @app.middleware("http")
+        async def authenticate(request: Request, call_next):
+            if request.url.path in OPEN_PATHS:
+                return await call_next(request)
+            try:
+                who = await run_in_threadpool(auth.authenticate, request.headers.get("authorization"))
+            except Unauthenticated as exc:
+                return JSONResponse({"detail": str(exc)}, status_code=401, headers={"WWW-Authenticate": 'Bearer realm="foresight-warmpool"'})
+            except Forbidden as exc:
+                return JSONResponse({"detail": str(exc)}, status_code=403)
+            except ReviewUnavailable as exc:
+                return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "5"})
+            request.state.user = who
+            return await call_next(request)
 
     @app.post("/api/v1/pools/{pool}/claim")
     async def claim(pool: str, allow_cold: bool = True):

@@ -1,6 +1,7 @@
 """``foresight warmpool`` sub-commands (light module: heavy imports inside the run functions).
 
-  foresight warmpool run --policy F --store URL [--port P] [--state-dir D] [--interval S]
+  foresight warmpool run --policy F --store URL (--token-file F | --token-review | --insecure-no-auth)
+                         [--port P] [--state-dir D] [--interval S]
   foresight warmpool validate F
   foresight warmpool simulate --trace DIR [--demand single|concurrency] [--policy NAME ...] [--policy-file P.yaml ...] --out F.csv
 """
@@ -29,6 +30,14 @@ def register(subparsers) -> None:
     r.add_argument("--state-dir", default=None, help="where local backends keep container state (adopted on restart)")
     r.add_argument("--interval", type=float, default=5.0, help="seconds between reconcile rounds (default 5)")
     r.add_argument("--kubeconfig", default=None, help="kubeconfig for the kubernetes backend (default: $KUBECONFIG or in-cluster)")
+    r.add_argument("--token-file", default=None,
+                   help="file of bearer tokens (one per line, e.g. a mounted Secret) the claim API accepts; re-read when it changes")
+    r.add_argument("--token-review", action="store_true",
+                   help="also accept Kubernetes ServiceAccount tokens, checked with a TokenReview (cached 10 s)")
+    r.add_argument("--token-review-audience", action="append", default=[], metavar="AUD", help="audiences the TokenReview asks for (repeatable)")
+    r.add_argument("--allow", action="append", default=[], metavar="USER_OR_GROUP",
+                   help="with --token-review: only these usernames or groups may call (repeatable; default any authenticated caller)")
+    r.add_argument("--insecure-no-auth", action="store_true", help="serve claim/release without authentication (development only)")
     r.set_defaults(func=_run)
 
     v = sub.add_parser("validate", help="check a policy file and print every problem with its path")
@@ -88,14 +97,16 @@ def _run(args) -> int:
     from warmpool.policy import load_policy
     from warmpool.wiring import HttpServer, build_backends, default_state_dir
 
+    auth = _authenticator(args)
     policy = load_policy(args.policy)
     store = open_store(args.store)
     state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
     coldstart = ColdStartModel(policy.runtime_classes)
     backends = build_backends(policy, state_dir, kubeconfig=args.kubeconfig, coldstart=coldstart, store=store)
     ctl = Controller(policy, store, backends, settings=ControllerSettings(reconcile_interval_seconds=args.interval), coldstart=coldstart)
-    server = HttpServer(create_app(ctl), args.host, args.port).start()
-    print(f"warm pools {', '.join(p.name for p in policy.pools)} on {', '.join(sorted(backends))}; API on http://{args.host}:{server.port}", flush=True)
+    server = HttpServer(create_app(ctl, auth), args.host, args.port).start()
+    print(f"warm pools {', '.join(p.name for p in policy.pools)} on {', '.join(sorted(backends))}; API on http://{args.host}:{server.port} "
+          f"({'authenticated by ' + auth.describe() if auth else 'UNAUTHENTICATED'})", flush=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -104,3 +115,23 @@ def _run(args) -> int:
     finally:
         server.stop()
     return 0
+
+
+def _authenticator(args):
+    from warmpool.auth import build_authenticator
+
+    if not (args.token_file or args.token_review):
+        if args.insecure_no_auth:
+            return None
+        raise UserError("the claim API creates containers: give --token-file F and/or --token-review "
+                        "(or --insecure-no-auth for development)")
+    if args.allow and not args.token_review:
+        raise UserError("--allow applies to --token-review identities; add --token-review")
+    review = None
+    if args.token_review:
+        from warmpool.backends.kubernetes import token_reviewer
+
+        kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG")
+        in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not kubeconfig
+        review = token_reviewer(kubeconfig=kubeconfig, in_cluster=in_cluster, audiences=tuple(args.token_review_audience))
+    return build_authenticator(args.token_file, review, args.allow)

@@ -41,6 +41,9 @@ class FakeKubernetes:
         self.requests: list[tuple[str, str]] = []
         self.conflicts = 0
         self.fail_creates = 0
+        self.tokens: dict[str, dict] = {}  # TokenReview: token -> {"username", "groups"}
+        self.reviews = 0
+        self.fail_reviews = False  # answer TokenReviews with 503 (API server overloaded or down)
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -64,6 +67,14 @@ class FakeKubernetes:
             def _route(self, method: str) -> None:
                 u = urlparse(self.path)
                 fake.requests.append((method, u.path))
+                if method == "POST" and u.path == "/apis/authentication.k8s.io/v1/tokenreviews":
+                    body = self._body()
+                    if fake.fail_reviews:
+                        return self._send(503, _status(503, "ServiceUnavailable", "simulated outage"))
+                    fake.reviews += 1
+                    user = fake.tokens.get((body.get("spec") or {}).get("token", ""))
+                    status = {"authenticated": True, "user": user} if user else {"authenticated": False}
+                    return self._send(201, {**body, "status": status})
                 m = _PODS.match(u.path)
                 if not m:
                     return self._send(404, _status(404, "NotFound", f"no route {u.path}"))

@@ -68,9 +68,12 @@ def test_warmpool_run_serves_claims_from_real_containers_until_terminated(crun_o
     port = 18000 + os.getpid() % 2000
     policy = tmp_path / "policy.yaml"  # no forecast in a fresh memory store: min_warm keeps one warm
     policy.write_text(EXAMPLE_POLICY.read_text().replace("min_warm: 0", "min_warm: 1"))
+    tokens = tmp_path / "tokens"
+    tokens.write_text("test-token\n")
+    auth = {"Authorization": "Bearer test-token"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "foresight", "warmpool", "run", "--policy", str(policy), "--store", "memory://",
-         "--port", str(port), "--state-dir", str(tmp_path), "--interval", "0.2"],
+         "--port", str(port), "--state-dir", str(tmp_path), "--interval", "0.2", "--token-file", str(tokens)],
         cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
     )
     try:
@@ -79,12 +82,12 @@ def test_warmpool_run_serves_claims_from_real_containers_until_terminated(crun_o
         deadline = time.time() + 15
         body = {}
         while time.time() < deadline:
-            body = httpx.get(f"http://127.0.0.1:{port}/api/v1/pools/web", timeout=5).json()
+            body = httpx.get(f"http://127.0.0.1:{port}/api/v1/pools/web", timeout=5, headers=auth).json()
             if body["warm"] >= 1:
                 break
             time.sleep(0.1)
         assert body["warm"] == 1
-        r = httpx.post(f"http://127.0.0.1:{port}/api/v1/pools/web/claim", timeout=10).json()
+        r = httpx.post(f"http://127.0.0.1:{port}/api/v1/pools/web/claim", timeout=10, headers=auth).json()
         assert r["cold_start"] is False and r["endpoint"].startswith("crun://")
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -68,3 +68,18 @@ def test_the_controller_may_create_patch_and_delete_pods_and_reads_its_policy_co
     assert dep["spec"]["replicas"] == 1 and spec["serviceAccountName"] == "foresight-warmpool"
     assert "--policy=/etc/foresight/policy.yaml" in spec["containers"][0]["args"]
     assert spec["volumes"][0]["configMap"]["name"] == cm["metadata"]["name"]
+
+
+def test_the_claim_api_is_authenticated_by_a_mounted_token_secret_and_token_reviews():
+    [dep] = [d for _, d in DOCS if d["kind"] == "Deployment"]
+    spec = dep["spec"]["template"]["spec"]
+    args = spec["containers"][0]["args"]
+    assert "--insecure-no-auth" not in args and "--token-review" in args
+    [tf] = [a.split("=", 1)[1] for a in args if a.startswith("--token-file=")]
+    mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
+    vols = {v["name"]: v for v in spec["volumes"]}
+    [(name, path)] = [(n, p) for n, p in mounts.items() if tf.startswith(p + "/")]
+    assert vols[name]["secret"]["secretName"] == "foresight-warmpool-tokens"
+    assert tf == path + "/" + vols[name]["secret"]["items"][0]["path"]
+    [role] = [d for _, d in DOCS if d["kind"] == "ClusterRole"]
+    assert any("tokenreviews" in r["resources"] and "create" in r["verbs"] for r in role["rules"])

@@ -211,3 +211,26 @@ class KubernetesBackend:
         c = self._to_container(pool, pod)
         assert c is not None
         return c.replace(state="claimed"), {"sandbox": (time.perf_counter() - t0) * 1000.0}
+
+
+def token_reviewer(*, host: str | None = None, kubeconfig: str | None = None, in_cluster: bool = False,
+                   audiences: tuple[str, ...] = (), timeout_seconds: float = 5.0):
+    """``token -> {"username", "groups"} | None`` by a TokenReview (for ``warmpool.auth``);
+    raises ``ReviewUnavailable`` when the API server cannot answer."""
+    from warmpool.auth import ReviewUnavailable
+
+    core = make_api(host, kubeconfig, in_cluster)
+    authn = k8s.AuthenticationV1Api(core.api_client)
+
+    def review(token: str) -> dict | None:
+        body = k8s.V1TokenReview(spec=k8s.V1TokenReviewSpec(token=token, audiences=list(audiences) or None))
+        try:
+            r = authn.create_token_review(body, _request_timeout=timeout_seconds)
+        except (ApiException, OSError) as exc:
+            raise ReviewUnavailable(f"TokenReview failed: {getattr(exc, 'status', '')} {getattr(exc, 'reason', exc)}") from exc
+        st = r.status
+        if st is None or not st.authenticated or st.user is None:
+            return None
+        return {"username": st.user.username or "", "groups": list(st.user.groups or [])}
+
+    return review
