@@ -1,6 +1,7 @@
 """The warm pool's HTTP API (FastAPI), built by a factory around a running controller.
 
   POST /api/v1/pools/{pool}/claim[?allow_cold=false]  -> {container_id, endpoint, cold_start, latency_ms}
+       (429 + Retry-After once the pool's max_cold_per_minute cold starts are used up)
   POST /api/v1/pools/{pool}/release  {"container_id": ...}
   GET  /api/v1/pools, /api/v1/pools/{pool}, /api/v1/coldstart
   GET  /metrics (Prometheus), /healthz
@@ -27,7 +28,7 @@ def create_app(controller: "Controller", auth=None):
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     from starlette.concurrency import run_in_threadpool
 
-    from warmpool.controller import ClaimFailed, NotClaimed, NoWarmContainer, UnknownPool
+    from warmpool.controller import ClaimFailed, ColdLimited, NotClaimed, NoWarmContainer, UnknownPool
 
     from warmpool.auth import OPEN_PATHS, Forbidden, ReviewUnavailable, Unauthenticated
 
@@ -57,6 +58,8 @@ def create_app(controller: "Controller", auth=None):
             raise HTTPException(404, str(exc)) from None
         except NoWarmContainer as exc:
             raise HTTPException(409, str(exc)) from None
+        except ColdLimited as exc:
+            raise HTTPException(429, str(exc), headers={"Retry-After": str(exc.retry_after_seconds)}) from None
         except ClaimFailed as exc:
             raise HTTPException(503, str(exc)) from None
         return res.as_dict()

@@ -4,6 +4,7 @@ Part of ``warmpool.controller.Controller`` (the same locks and pool state)."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
 
@@ -28,6 +29,17 @@ class ClaimFailed(UserError):
 
 class NotClaimed(UserError):
     pass
+
+
+class ColdLimited(UserError):
+    """The pool started ``max_cold_per_minute`` cold containers in the last 60 s (HTTP 429)."""
+
+    def __init__(self, message: str, retry_after_seconds: int):
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds
+
+
+COLD_WINDOW_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,7 @@ class Claims:
             self.metrics.of("cold", pool).inc()
             if not allow_cold:
                 raise NoWarmContainer(f"pool {pool!r} has no warm container right now")
+            self._reserve_cold(st)
             got = self._claim_cold(st)
         with self._lock:
             st.meter.claimed(self.clock(), warm=not cold)
@@ -124,6 +137,25 @@ class Claims:
             if c is not None and c.state == "warm" and c.id not in st.claiming:
                 return c
         return None
+
+    def _reserve_cold(self, st) -> None:
+        """Count one cold start against the pool's ``max_cold_per_minute`` (a sliding 60 s
+        window on the controller's clock), or raise ColdLimited with when one frees up."""
+        cap = st.spec.max_cold_per_minute
+        now = self.clock()
+        with self._lock:
+            w = st.cold_window
+            while w and w[0] <= now - COLD_WINDOW_SECONDS:
+                w.popleft()
+            if len(w) >= cap:
+                retry = max(1, math.ceil(w[0] + COLD_WINDOW_SECONDS - now)) if w else int(COLD_WINDOW_SECONDS)
+                self.metrics.of("cold_limited", st.spec.name).inc()
+                raise ColdLimited(
+                    f"pool {st.spec.name!r} has no warm container and already started {len(w)} cold in the last "
+                    f"{COLD_WINDOW_SECONDS:g}s (max_cold_per_minute: {cap}); retry in {retry}s",
+                    retry,
+                )
+            w.append(now)
 
     def _claim_cold(self, st) -> Container:
         spec = st.spec

@@ -18,13 +18,14 @@ import logging
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from forecaster.errors import UserError
 from forecaster.store import Forecast, ForecastStore, StoreError
 from warmpool.backends.base import Backend, BackendError, CreateError
-from warmpool.claims import ClaimFailed, ClaimResult, Claims, NotClaimed, NoWarmContainer, UnknownPool
+from warmpool.claims import ClaimFailed, ClaimResult, Claims, ColdLimited, NotClaimed, NoWarmContainer, UnknownPool
 from warmpool.coldstart import ColdStartModel
 from warmpool.demand import DemandMeter
 from warmpool.metrics import Metrics
@@ -34,7 +35,7 @@ from warmpool.reconcile import Actions, Container, PoolObserved, PoolStatus, War
 from warmpool.ttl import DecayState
 from warmpool.watcher import PolicyWatcher
 
-__all__ = ["Controller", "ControllerSettings", "ClaimResult", "PolicyWatcher", "UnknownPool", "NoWarmContainer", "ClaimFailed", "NotClaimed"]
+__all__ = ["Controller", "ControllerSettings", "ClaimResult", "PolicyWatcher", "UnknownPool", "NoWarmContainer", "ClaimFailed", "NotClaimed", "ColdLimited"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ class _PoolState:
     # burst of claims on a large pool costs O(n log n) once, not O(n) per claim
     cands: list[Container] | None = None
     has_creating: bool = False
+    cold_window: deque = field(default_factory=deque)  # times of recent cold starts (max_cold_per_minute)
 
     def __post_init__(self) -> None:
         if self.meter is None:

@@ -187,7 +187,7 @@ def pool_name(f: int) -> str:
 def trace_config(template: Policy, trace: Trace, functions: Sequence[int]) -> Policy:
     """One pool per function: every setting of the template's first pool (TTL, idle model,
     lead, min_warm, runtime class) and its memory budget; the function's memory as the
-    container's memory, the sim backend, and no max_warm cap."""
+    container's memory, the sim backend, and no max_warm or max_cold_per_minute cap."""
     tpl = template.pools[0]
     pools = []
     for f in functions:
@@ -196,6 +196,7 @@ def trace_config(template: Policy, trace: Trace, functions: Sequence[int]) -> Po
         pools.append(dataclasses.replace(
             tpl, name=name, namespace="trace", workload=name, series=f"trace/{name}", backend="sim",
             template=dataclasses.replace(tpl.template, resources=res), max_warm=max(tpl.max_warm, NO_CAP),
+            max_cold_per_minute=NO_CAP,
         ))
     return Policy(tuple(pools), template.runtime_classes, template.memory_budget)
 

@@ -70,3 +70,40 @@ def test_a_claim_reports_a_cold_start_when_the_pool_is_empty_and_release_returns
                      "foresight_warmpool_cold_starts_total", "foresight_warmpool_wasted_container_seconds_total",
                      "foresight_warmpool_claim_latency_seconds_bucket"]:
             assert name in m, name
+
+
+def test_cold_starts_beyond_max_cold_per_minute_get_429_with_retry_after(clock):
+    """allow_cold stays, but a pool with no warm container starts at most max_cold_per_minute
+    containers in any 60 s; the rest are refused with the reason and when to retry."""
+    policy = make_policy(max_cold_per_minute=3)
+    sim = SimBackend(clock, seed=3)
+    ctl = Controller(policy, MemoryForecastStore(), {"sim": sim}, clock=clock)
+    ctl.step()
+    srv = HttpServer(create_app(ctl), "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{srv.port}"
+    try:
+        with httpx.Client(timeout=10) as c:
+            codes = []
+            for i in range(3):
+                codes.append(c.post(f"{url}/api/v1/pools/web/claim").status_code)
+                clock.advance(10.0)
+            assert codes == [200, 200, 200] and sim.created_total == 3
+            r = c.post(f"{url}/api/v1/pools/web/claim")
+            assert r.status_code == 429 and sim.created_total == 3
+            assert r.headers["retry-after"] == "30"  # the first cold start (t=0) leaves the window at t=60; now t=30
+            assert "max_cold_per_minute: 3" in r.json()["detail"] and "retry in 30s" in r.json()["detail"]
+            clock.advance(30.0)
+            assert c.post(f"{url}/api/v1/pools/web/claim").status_code == 200 and sim.created_total == 4
+            assert c.post(f"{url}/api/v1/pools/web/claim").status_code == 429
+            assert 'foresight_warmpool_cold_limited_total{pool="web"} 2.0' in c.get(f"{url}/metrics").text
+    finally:
+        srv.stop()
+
+
+def test_max_cold_per_minute_zero_means_warm_claims_only(clock):
+    ctl = Controller(make_policy(max_cold_per_minute=0), MemoryForecastStore(), {"sim": SimBackend(clock)}, clock=clock)
+    from warmpool.controller import ColdLimited
+
+    with pytest.raises(ColdLimited, match="max_cold_per_minute: 0") as e:
+        ctl.claim("web")
+    assert e.value.retry_after_seconds == 60

@@ -91,13 +91,14 @@ def test_a_file_that_is_not_yaml_names_the_file(tmp_path):
 
 
 def test_the_bundled_example_writes_out_exactly_the_documented_defaults():
-    from warmpool.policy import IdleModel, MemoryBudget
+    from warmpool.policy import DEFAULT_MAX_COLD_PER_MINUTE, IdleModel, MemoryBudget
     from warmpool.ttl import IdleTTL
 
     policy = load_policy(EXAMPLES / "local.yaml")
     assert policy.memory_budget == MemoryBudget() == MemoryBudget(0.98, 600.0)
     assert policy.pools[0].idle_model == IdleModel() == IdleModel(True, 60.0, 0.5, 1.5, 1.0)
     assert policy.pools[0].idle_ttl == IdleTTL() == IdleTTL(120.0, 0.15, 0.0)
+    assert policy.pools[0].max_cold_per_minute == DEFAULT_MAX_COLD_PER_MINUTE == 30
     assert parse_policy(_doc()).memory_budget == MemoryBudget()
 
 
@@ -129,3 +130,12 @@ def test_a_pools_container_memory_comes_from_its_template_and_prices_idle_contai
     assert parse_policy(_doc()).pools[0].memory_mb == 256.0  # DEFAULT_MEMORY_MB
     off = parse_policy(_doc(idle_model={"enabled": False, "bin_seconds": 30})).pools[0].idle_model
     assert (off.enabled, off.bin_seconds, off.prior_scale) == (False, 30.0, 0.5)
+
+
+def test_max_cold_per_minute_defaults_to_30_and_is_checked_with_its_path():
+    assert parse_policy(_doc()).pools[0].max_cold_per_minute == 30
+    assert parse_policy(_doc(max_cold_per_minute=0)).pools[0].max_cold_per_minute == 0
+    for bad in (-1, 2.5, "many", True):
+        with pytest.raises(ConfigError) as ei:
+            parse_policy(_doc(max_cold_per_minute=bad), "p.yaml")
+        assert any(p.startswith("pools[web].max_cold_per_minute") for p in ei.value.problems), ei.value.problems
