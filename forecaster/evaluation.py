@@ -339,9 +339,12 @@ def run_backtest(
 
     eng = engine if engine is not None else open_engine("local", jobs=jobs)
     bar = tqdm(total=len(arrays), desc="backtest", unit="series", disable=not progress)
-    # the trained global models travel to each worker once, in the context
-    results = eng.map(_backtest_item, arrays, context=(protos, settings, auto, auto_cands), progress=bar.update)
-    bar.close()
+    try:  # the trained global models travel with the context, once per batch
+        results = eng.map(_backtest_item, arrays, context=(protos, settings, auto, auto_cands), progress=bar.update)
+    finally:
+        bar.close()
+        if engine is None:
+            eng.close()
     for sid, origins, tm in results:
         forecasts[sid] = origins
         rows.extend(metrics_rows(sid, origins, settings.quantiles))

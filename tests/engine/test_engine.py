@@ -35,9 +35,13 @@ def test_the_local_pool_returns_every_result_once_in_input_order_across_batches(
     engine = LocalEngine(jobs=2)
     seen: list[int] = []
     items = list(range(23))
-    out = engine.map(_cube, items, context=7, batch_size=4, progress=seen.append)
-    assert out == [x ** 3 + 7 for x in items]
-    assert sum(seen) == 23 and engine.last_stats.batches == 6 and engine.last_stats.items == 23
+    try:
+        out = engine.map(_cube, items, context=7, batch_size=4, progress=seen.append)
+        again = engine.map(_cube, items[:5], context=1)  # the same processes, a new context
+    finally:
+        engine.close()
+    assert out == [x ** 3 + 7 for x in items] and again == [x ** 3 + 1 for x in items[:5]]
+    assert sum(seen) == 23 and engine.last_stats.items == 5
 
 
 def test_in_process_the_local_engine_passes_the_context_unpickled():
