@@ -2,6 +2,8 @@
 
   POST /api/v1/pools/{pool}/claim[?allow_cold=false]  -> {container_id, endpoint, cold_start, latency_ms}
        (429 + Retry-After once the pool's max_cold_per_minute cold starts are used up)
+       a claim holds its container for the pool's lease_seconds (lease_expires_at), unless renewed
+  POST /api/v1/pools/{pool}/renew    {"container_id": ...}  -> {lease_seconds, lease_expires_at}
   POST /api/v1/pools/{pool}/release  {"container_id": ...}
   GET  /api/v1/pools, /api/v1/pools/{pool}, /api/v1/coldstart
   GET  /metrics (Prometheus), /healthz
@@ -76,6 +78,18 @@ def create_app(controller: "Controller", auth=None):
         except NotClaimed as exc:
             raise HTTPException(409, str(exc)) from None
         return {"pool": pool, "container_id": c.id, "state": c.state, "deadline": c.deadline}
+
+    @app.post("/api/v1/pools/{pool}/renew")
+    async def renew(pool: str, body: dict = Body(...)):
+        cid = body.get("container_id") if isinstance(body, dict) else None
+        if not isinstance(cid, str) or not cid:
+            raise HTTPException(422, 'body must be {"container_id": "<id from the claim>"}')
+        try:
+            return await run_in_threadpool(controller.renew, pool, cid)
+        except UnknownPool as exc:
+            raise HTTPException(404, str(exc)) from None
+        except NotClaimed as exc:
+            raise HTTPException(409, str(exc)) from None
 
     @app.get("/api/v1/pools")
     def pools():

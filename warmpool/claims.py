@@ -49,6 +49,8 @@ class ClaimResult:
     endpoint: str
     cold_start: bool
     latency_seconds: float
+    lease_seconds: float = 0.0
+    lease_expires_at: float = 0.0
 
     def as_dict(self) -> dict:
         return {
@@ -57,6 +59,8 @@ class ClaimResult:
             "endpoint": self.endpoint,
             "cold_start": self.cold_start,
             "latency_ms": round(self.latency_seconds * 1000.0, 3),
+            "lease_seconds": self.lease_seconds,
+            "lease_expires_at": self.lease_expires_at,
         }
 
 
@@ -89,13 +93,29 @@ class Claims:
                 raise NoWarmContainer(f"pool {pool!r} has no warm container right now")
             self._reserve_cold(st)
             got = self._claim_cold(st)
+        now = self.clock()
         with self._lock:
-            st.meter.claimed(self.clock(), warm=not cold)
+            st.meter.claimed(now, warm=not cold)
+            lease = st.spec.lease_seconds
+            st.leases[got.id] = now + lease
         dt = time.perf_counter() - t0
         result = "cold" if cold else "warm"
         self.metrics.of("claims", pool, result).inc()
         self.metrics.of("latency", pool, result).observe(dt)
-        return ClaimResult(pool, got.id, got.endpoint, cold, dt)
+        return ClaimResult(pool, got.id, got.endpoint, cold, dt, lease, now + lease)
+
+    def renew(self, pool: str, container_id: str) -> dict:
+        """Extend a claim's lease by the pool's ``lease_seconds`` from now."""
+        st = self._state(pool)
+        now = self.clock()
+        with self._lock:
+            c = st.containers.get(container_id)
+            if c is None or c.state != "claimed" or container_id not in st.leases:
+                what = "no longer exists (its lease expired or it was released)" if c is None else f"is {c.state}, not claimed"
+                raise NotClaimed(f"pool {pool!r}: container {container_id!r} {what}; claim again")
+            st.leases[container_id] = now + st.spec.lease_seconds
+            return {"pool": pool, "container_id": container_id, "lease_seconds": st.spec.lease_seconds,
+                    "lease_expires_at": st.leases[container_id]}
 
     def _claim_warm(self, st) -> Container | None:
         spec = st.spec
@@ -191,5 +211,6 @@ class Claims:
             st.touched.add(container_id)
             st.cands = None
             st.meter.released(now)
+            st.leases.pop(container_id, None)
         return got
 

@@ -64,6 +64,7 @@ class _PoolState:
     cands: list[Container] | None = None
     has_creating: bool = False
     cold_window: deque = field(default_factory=deque)  # times of recent cold starts (max_cold_per_minute)
+    leases: dict[str, float] = field(default_factory=dict)  # claimed container -> lease expiry
 
     def __post_init__(self) -> None:
         if self.meter is None:
@@ -211,6 +212,7 @@ class Controller(Claims):
         with self._step_lock:
             now = self.clock()
             self._learn(now)
+            self._reclaim_expired(now)
             observed = self._observe(now)
             forecasts = self._forecasts()
             actions = reconcile_once(observed, self.warm_policy, forecasts, now)
@@ -218,6 +220,51 @@ class Controller(Claims):
             self.last_actions = actions
             self._export(actions)
             return actions
+
+    def _reclaim_expired(self, now: float) -> None:
+        """Claims whose lease ran out go back (``on_lease_expiry: release``) or are deleted
+        (``delete``, and always for pools no longer in the policy). A claimed container with
+        no lease (adopted after a restart) gets a fresh one."""
+        due: list[tuple[_PoolState, str, bool]] = []
+        with self._lock:
+            for name, st in self._pools.items():
+                in_policy = self.policy.pool(name) is not None
+                claimed = {cid for cid, c in st.containers.items() if c.state == "claimed"}
+                for cid in [cid for cid in st.leases if cid not in claimed]:
+                    del st.leases[cid]
+                for cid in sorted(claimed):
+                    exp = st.leases.get(cid)
+                    if exp is None:
+                        st.leases[cid] = now + st.spec.lease_seconds
+                    elif exp <= now and cid not in st.claiming:
+                        due.append((st, cid, in_policy and st.spec.on_lease_expiry == "release"))
+        for st, cid, back in due:
+            name = st.spec.name
+            log.info("pool %s: the lease of %s expired; %s", name, cid, "releasing it" if back else "deleting it")
+            try:
+                if back:
+                    self.release(name, cid)
+                else:
+                    self._delete_claimed(st, cid)
+            except (BackendError, UserError) as exc:
+                log.warning("pool %s: reclaiming %s failed: %s (retried next round)", name, cid, exc)
+                continue
+            self.metrics.of("lease_expired", name).inc()
+
+    def _delete_claimed(self, st: _PoolState, cid: str) -> None:
+        with self._lock:
+            if cid in st.claiming:
+                return
+            st.claiming.add(cid)
+        try:
+            self.backend(st.spec).delete(st.spec, cid)
+        finally:
+            with self._lock:
+                st.claiming.discard(cid)
+        with self._lock:
+            st.containers.pop(cid, None)
+            st.leases.pop(cid, None)
+            st.cands = None
 
     def _new_id(self, pool: str) -> str:
         return f"fs-{pool}-{uuid.uuid4().hex[:10]}"

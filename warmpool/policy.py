@@ -27,6 +27,8 @@ pools:
     idle_ttl: {initial_seconds: 120, decay: 0.15, floor_seconds: 0}
     idle_model: {enabled: true, bin_seconds: 60, prior_scale: 0.5, prior_power: 1.5, prior_weight: 1.0}
     max_cold_per_minute: 30 # cold starts claims may cause in any 60 s; beyond: 429 + Retry-After (0: none)
+    lease_seconds: 300      # a claim holds its container this long unless renewed (POST .../renew)
+    on_lease_expiry: delete # what an expired lease does to the container: delete or release (back to warm)
 ```
 
 What each part does is in warmpool/README.md ("The policy").
@@ -48,6 +50,8 @@ from warmpool.ttl import IdleTTL
 BACKENDS = ("crun", "runc", "kubernetes", "sim")
 BUILTIN_RUNTIME_CLASSES = ("crun", "kata", "runc")
 DEFAULT_MAX_COLD_PER_MINUTE = 30  # cold starts per pool per sliding minute (claims beyond get 429)
+DEFAULT_LEASE_SECONDS = 300.0  # a claim's lease unless renewed
+LEASE_EXPIRY_ACTIONS = ("delete", "release")
 DEFAULT_MEMORY_MB = 256.0  # prices idle containers of a pool whose template names no memory
 _DNS = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _QUANTITY = re.compile(r"([0-9]+(?:\.[0-9]+)?)(m|Ki|Mi|Gi|Ti|k|M|G|T)?")
@@ -111,6 +115,8 @@ class PoolSpec:
     quantile: str = "p90"
     idle_model: IdleModel = field(default_factory=IdleModel)
     max_cold_per_minute: int = DEFAULT_MAX_COLD_PER_MINUTE
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    on_lease_expiry: str = "delete"
 
     @cached_property
     def memory_mb(self) -> float:
@@ -221,6 +227,7 @@ def _template(c: Checker, raw: Any, p: str) -> Template:
 POOL_KEYS = (
     "name", "workload", "series", "quantile", "runtime_class", "backend", "template", "min_warm",
     "max_warm", "capacity_per_container", "lead_seconds", "idle_ttl", "idle_model", "max_cold_per_minute",
+    "lease_seconds", "on_lease_expiry",
 )
 
 
@@ -267,6 +274,8 @@ def _pool(c: Checker, item: Any, i: int, known_rc: set[str], seen: set[str]) -> 
         quantile=quantile or "p90",
         idle_model=_idle_model(c, d.get("idle_model"), p),
         max_cold_per_minute=int(c.number(d, "max_cold_per_minute", p, DEFAULT_MAX_COLD_PER_MINUTE, lo=0, hi=100_000, integer=True)),
+        lease_seconds=float(c.number(d, "lease_seconds", p, DEFAULT_LEASE_SECONDS, lo=1, hi=7 * 86400)),
+        on_lease_expiry=c.string(d, "on_lease_expiry", p, "delete", choices=LEASE_EXPIRY_ACTIONS) or "delete",
     )
 
 

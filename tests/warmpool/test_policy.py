@@ -91,7 +91,7 @@ def test_a_file_that_is_not_yaml_names_the_file(tmp_path):
 
 
 def test_the_bundled_example_writes_out_exactly_the_documented_defaults():
-    from warmpool.policy import DEFAULT_MAX_COLD_PER_MINUTE, IdleModel, MemoryBudget
+    from warmpool.policy import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_COLD_PER_MINUTE, IdleModel, MemoryBudget
     from warmpool.ttl import IdleTTL
 
     policy = load_policy(EXAMPLES / "local.yaml")
@@ -99,6 +99,7 @@ def test_the_bundled_example_writes_out_exactly_the_documented_defaults():
     assert policy.pools[0].idle_model == IdleModel() == IdleModel(True, 60.0, 0.5, 1.5, 1.0)
     assert policy.pools[0].idle_ttl == IdleTTL() == IdleTTL(120.0, 0.15, 0.0)
     assert policy.pools[0].max_cold_per_minute == DEFAULT_MAX_COLD_PER_MINUTE == 30
+    assert (policy.pools[0].lease_seconds, policy.pools[0].on_lease_expiry) == (DEFAULT_LEASE_SECONDS, "delete") == (300.0, "delete")
     assert parse_policy(_doc()).memory_budget == MemoryBudget()
 
 
