@@ -37,6 +37,14 @@ def register(subparsers) -> None:
     r.add_argument("--token-review-audience", action="append", default=[], metavar="AUD", help="audiences the TokenReview asks for (repeatable)")
     r.add_argument("--allow", action="append", default=[], metavar="USER_OR_GROUP",
                    help="with --token-review: only these usernames or groups may call (repeatable; default any authenticated caller)")
+    r.add_argument("--owner-name", default=os.environ.get("FORESIGHT_WARMPOOL_OWNER_NAME"),
+                   help="kubernetes backend: warm pods are owned by this object (ownerReferences; Kubernetes deletes them with it). "
+                        "Default $FORESIGHT_WARMPOOL_OWNER_NAME; none: no owner")
+    r.add_argument("--owner-kind", default="Deployment", help="the owner's kind (default Deployment)")
+    r.add_argument("--owner-api-version", default="apps/v1", help="the owner's apiVersion (default apps/v1)")
+    r.add_argument("--owner-namespace", default=os.environ.get("POD_NAMESPACE"),
+                   help="the owner's namespace (default $POD_NAMESPACE, from the downward API); only pods there can be owned")
+    r.add_argument("--owner-uid", default=os.environ.get("FORESIGHT_WARMPOOL_OWNER_UID", ""), help="the owner's uid (default: read from the API server)")
     r.add_argument("--insecure-no-auth", action="store_true", help="serve claim/release without authentication (development only)")
     r.set_defaults(func=_run)
 
@@ -102,7 +110,7 @@ def _run(args) -> int:
     store = open_store(args.store)
     state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
     coldstart = ColdStartModel(policy.runtime_classes)
-    backends = build_backends(policy, state_dir, kubeconfig=args.kubeconfig, coldstart=coldstart, store=store)
+    backends = build_backends(policy, state_dir, kubeconfig=args.kubeconfig, coldstart=coldstart, store=store, owner=_owner(args))
     ctl = Controller(policy, store, backends, settings=ControllerSettings(reconcile_interval_seconds=args.interval), coldstart=coldstart)
     server = HttpServer(create_app(ctl, auth), args.host, args.port).start()
     print(f"warm pools {', '.join(p.name for p in policy.pools)} on {', '.join(sorted(backends))}; API on http://{args.host}:{server.port} "
@@ -135,3 +143,13 @@ def _authenticator(args):
         in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not kubeconfig
         review = token_reviewer(kubeconfig=kubeconfig, in_cluster=in_cluster, audiences=tuple(args.token_review_audience))
     return build_authenticator(args.token_file, review, args.allow)
+
+
+def _owner(args):
+    if not args.owner_name:
+        return None
+    if not args.owner_namespace:
+        raise UserError("--owner-name needs --owner-namespace (or $POD_NAMESPACE from the downward API)")
+    from warmpool.backends.kubernetes import Owner
+
+    return Owner(args.owner_api_version, args.owner_kind, args.owner_name, args.owner_namespace, args.owner_uid or "")

@@ -45,6 +45,8 @@ class ControllerSettings:
     reconcile_interval_seconds: float = 5.0
     backoff_initial_seconds: float = 1.0
     backoff_max_seconds: float = 60.0
+    orphan_gc_interval_seconds: float = 60.0  # how often backends are searched for pods of removed pools
+    orphan_claimed_grace_seconds: float = 300.0  # a claimed orphan is deleted this long after it is first seen
 
 
 @dataclass
@@ -97,6 +99,8 @@ class Controller(Claims):
         self.store_error = ""
         self.policy_error = ""
         self.last_actions: Actions | None = None
+        self._gc_at = -float("inf")
+        self._orphan_seen: dict[str, float] = {}
 
     # --- wiring ----------------------------------------------------------------------------
 
@@ -217,6 +221,7 @@ class Controller(Claims):
             forecasts = self._forecasts()
             actions = reconcile_once(observed, self.warm_policy, forecasts, now)
             self._apply(actions, now)
+            self._collect_orphans(now)
             self.last_actions = actions
             self._export(actions)
             return actions
@@ -250,6 +255,38 @@ class Controller(Claims):
                 log.warning("pool %s: reclaiming %s failed: %s (retried next round)", name, cid, exc)
                 continue
             self.metrics.of("lease_expired", name).inc()
+
+    def _collect_orphans(self, now: float) -> None:
+        """Delete containers of pools that are neither in the policy nor tracked (e.g. a pool
+        removed while the controller was down). Claimed ones get ``orphan_claimed_grace_seconds``
+        from when they were first seen, as a claim's lease would."""
+        if now - self._gc_at < self.settings.orphan_gc_interval_seconds or callable(self._backends):
+            return
+        self._gc_at = now
+        with self._lock:
+            known = set(self._pools) | {p.name for p in self.policy.pools}
+        seen: set[str] = set()
+        backends = {id(b): b for b in self._backends.values() if hasattr(b, "list_orphans")}
+        for b in backends.values():
+            try:
+                orphans = b.list_orphans(known)
+            except BackendError as exc:
+                log.warning("orphan collection: cannot list: %s", exc)
+                continue
+            for ns, c in orphans:
+                seen.add(c.id)
+                if c.state == "claimed":
+                    first = self._orphan_seen.setdefault(c.id, now)
+                    if now - first < self.settings.orphan_claimed_grace_seconds:
+                        continue
+                try:
+                    b.delete_orphan(ns, c.id)
+                except BackendError as exc:
+                    log.warning("orphan collection: deleting %s failed: %s", c.id, exc)
+                    continue
+                log.info("deleted %s of removed pool %s", c.id, c.pool)
+                self.metrics.of("orphans", c.pool).inc()
+        self._orphan_seen = {k: v for k, v in self._orphan_seen.items() if k in seen}
 
     def _delete_claimed(self, st: _PoolState, cid: str) -> None:
         with self._lock:

@@ -5,6 +5,7 @@
   foresight_warmpool_cold_starts_total                                 counter per pool
   foresight_warmpool_cold_limited_total                                counter per pool (429: max_cold_per_minute)
   foresight_warmpool_lease_expired_total                               counter per pool (claims reclaimed unrenewed)
+  foresight_warmpool_orphans_deleted_total                             counter per (removed) pool
   foresight_warmpool_claims_total{result=warm|cold}                    counter per pool
   foresight_warmpool_wasted_container_seconds_total                    idle seconds of
       containers removed without being claimed since they last became idle
@@ -32,6 +33,7 @@ class Metrics:
         self.cold = Counter(p + "cold_starts", "Claims that found no warm container", ["pool"], registry=r)
         self.cold_limited = Counter(p + "cold_limited", "Claims refused (429) by the pool's max_cold_per_minute", ["pool"], registry=r)
         self.lease_expired = Counter(p + "lease_expired", "Claims reclaimed because their lease ran out", ["pool"], registry=r)
+        self.orphans = Counter(p + "orphans_deleted", "Containers of pools removed from the policy, garbage-collected", ["pool"], registry=r)
         self.claims = Counter(p + "claims", "Claims", ["pool", "result"], registry=r)
         self.wasted = Counter(p + "wasted_container_seconds", "Idle seconds of containers removed unclaimed", ["pool"], registry=r)
         self.failures = Counter(p + "creation_failures", "Failed container creations", ["pool"], registry=r)

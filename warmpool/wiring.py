@@ -26,7 +26,7 @@ def default_state_dir() -> Path:
 
 
 def build_backends(policy: Policy, state_dir: str | Path, clock: Callable[[], float] = time.time, kubeconfig: str | None = None, coldstart=None,
-                   store=None) -> dict:
+                   store=None, owner=None) -> dict:
     """One backend instance per backend name used by the policy (checked up front)."""
     out: dict = {}
     for name in sorted({p.backend for p in policy.pools}):
@@ -47,7 +47,7 @@ def build_backends(policy: Policy, state_dir: str | Path, clock: Callable[[], fl
 
                 affinity = lambda: placement_affinity(store)  # noqa: E731
             out[name] = KubernetesBackend(kubeconfig=kubeconfig or os.environ.get("KUBECONFIG"), in_cluster=in_cluster,
-                                          affinity_provider=affinity)
+                                          affinity_provider=affinity, owner=owner)
         elif name == "sim":
             from warmpool.backends.sim import SimBackend
 

@@ -14,6 +14,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
+_ALL_PODS = "/api/v1/pods"
+_OBJECT = re.compile(r"^/apis/([^/]+/[^/]+)/namespaces/([^/]+)/([^/]+)/([^/]+)$")
 _PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?$")
 
 
@@ -43,6 +45,7 @@ class FakeKubernetes:
         self.fail_creates = 0
         self.tokens: dict[str, dict] = {}  # TokenReview: token -> {"username", "groups"}
         self.reviews = 0
+        self.objects: dict[tuple[str, str, str, str], dict] = {}  # (apiVersion, namespace, plural, name) -> object
         self.fail_reviews = False  # answer TokenReviews with 503 (API server overloaded or down)
         fake = self
 
@@ -75,6 +78,17 @@ class FakeKubernetes:
                     user = fake.tokens.get((body.get("spec") or {}).get("token", ""))
                     status = {"authenticated": True, "user": user} if user else {"authenticated": False}
                     return self._send(201, {**body, "status": status})
+                if method == "GET" and u.path == _ALL_PODS:
+                    sel = (parse_qs(u.query).get("labelSelector") or [""])[0]
+                    want = dict(p.split("=", 1) for p in sel.split(",") if "=" in p)
+                    with fake.lock:
+                        items = [copy.deepcopy(p) for _, p in sorted(fake.pods.items())
+                                 if all(p["metadata"].get("labels", {}).get(k) == v for k, v in want.items())]
+                    return self._send(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
+                mo = _OBJECT.match(u.path)
+                if method == "GET" and mo:
+                    obj = fake.objects.get(mo.groups())
+                    return self._send(200, obj) if obj else self._send(404, _status(404, "NotFound", f"{u.path} not found"))
                 m = _PODS.match(u.path)
                 if not m:
                     return self._send(404, _status(404, "NotFound", f"no route {u.path}"))

@@ -83,3 +83,14 @@ def test_the_claim_api_is_authenticated_by_a_mounted_token_secret_and_token_revi
     assert tf == path + "/" + vols[name]["secret"]["items"][0]["path"]
     [role] = [d for _, d in DOCS if d["kind"] == "ClusterRole"]
     assert any("tokenreviews" in r["resources"] and "create" in r["verbs"] for r in role["rules"])
+
+
+def test_warm_pods_are_owned_by_the_controllers_own_deployment():
+    [dep] = [d for _, d in DOCS if d["kind"] == "Deployment"]
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert f"--owner-name={dep['metadata']['name']}" in c["args"] and "--owner-kind=Deployment" in c["args"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    [role] = [d for _, d in DOCS if d["kind"] == "ClusterRole"]
+    assert any("deployments" in r["resources"] and r.get("resourceNames") == [dep["metadata"]["name"]] and "get" in r["verbs"]
+               for r in role["rules"])

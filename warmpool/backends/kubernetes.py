@@ -10,12 +10,20 @@
 - release = patch back to ``state=warm`` and drop the workload label;
 - expire = delete.
 Idle time and deadline ride along as annotations, so a restarted controller adopts its pods.
+
+Owner: with ``owner`` (``Owner``: the controller's own Deployment by default in the manifests,
+or any object), pods in the owner's namespace carry an ownerReference to it (``controller:
+true``, so no ReplicaSet adopts a claimed pod through its ``app`` label), and Kubernetes'
+garbage collector removes them with it. Kubernetes forbids cross-namespace owners, so pods in
+other namespaces carry ``foresight.dev/owner`` instead and rely on the controller's own orphan
+collection (``list_orphans``: pods of pools no longer in the policy, across namespaces).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from kubernetes import client as k8s
@@ -35,6 +43,27 @@ IDLE_ANN = "foresight.dev/idle-since"
 DEADLINE_ANN = "foresight.dev/deadline"
 CLAIMED_ANN = "foresight.dev/claimed-since-idle"
 WORKLOAD_LABEL = "app"
+OWNER_ANN = "foresight.dev/owner"
+MANAGED_BY = "foresight-warmpool"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The object warm pods are owned by; ``uid`` empty: looked up from the API server once."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str
+    uid: str = ""
+
+    def describe(self) -> str:
+        return f"{self.kind}/{self.name} in {self.namespace}"
+
+
+def _plural(kind: str) -> str:
+    k = kind.lower()
+    return k + ("es" if k.endswith("s") else "s")
 
 
 def make_api(host: str | None = None, kubeconfig: str | None = None, in_cluster: bool = False):
@@ -61,8 +90,10 @@ class KubernetesBackend:
 
     def __init__(self, api=None, *, host: str | None = None, kubeconfig: str | None = None, in_cluster: bool = False,
                  timeout_seconds: float = 10.0, affinity_provider: Callable[[], Mapping[str, Any] | None] | None = None,
-                 affinity_ttl_seconds: float = 10.0):
+                 affinity_ttl_seconds: float = 10.0, owner: Owner | None = None):
         self.api = api or make_api(host, kubeconfig, in_cluster)
+        self.owner = owner
+        self._owner_uid = owner.uid if owner else ""
         self.timeout = timeout_seconds
         # Node-load forecasts steer warm pods: the provider returns a V1NodeAffinity-shaped dict
         # (forecaster.nodes.placement_affinity, the same scores as the scheduler extender).
@@ -85,12 +116,32 @@ class KubernetesBackend:
         self._affinity = (time.monotonic(), aff)
         return aff
 
+    def owner_reference(self) -> dict | None:
+        """The ownerReference for pods in the owner's namespace (uid resolved once)."""
+        o = self.owner
+        if o is None:
+            return None
+        if not self._owner_uid:
+            if "/" not in o.api_version:
+                raise CreateError(f"the pods' owner {o.describe()} is in the core API group: give its uid (--owner-uid)")
+            group, version = o.api_version.split("/", 1)
+            try:
+                obj = k8s.CustomObjectsApi(self.api.api_client).get_namespaced_custom_object(
+                    group, version, o.namespace, _plural(o.kind), o.name, _request_timeout=self.timeout)
+            except (ApiException, OSError) as exc:
+                raise CreateError(f"the pods' owner {o.describe()} cannot be read: {getattr(exc, 'status', '')} {getattr(exc, 'reason', exc)}") from exc
+            self._owner_uid = str((obj.get("metadata") or {}).get("uid") or "")
+            if not self._owner_uid:
+                raise CreateError(f"the pods' owner {o.describe()} has no uid")
+        return {"apiVersion": o.api_version, "kind": o.kind, "name": o.name, "uid": self._owner_uid,
+                "controller": True, "blockOwnerDeletion": False}
+
     def _pod_body(self, pool: PoolSpec, cid: str, state: str, now: float, deadline: float) -> dict:
         res = dict(pool.template.resources)
         container: dict[str, Any] = {"name": "main", "image": pool.template.image, "command": list(pool.template.command)}
         if res:
             container["resources"] = {"requests": res, "limits": res}
-        labels = {POOL_LABEL: pool.name, STATE_LABEL: state, MANAGED_LABEL: "foresight-warmpool"}
+        labels = {POOL_LABEL: pool.name, STATE_LABEL: state, MANAGED_LABEL: MANAGED_BY}
         if state == "claimed":
             labels[WORKLOAD_LABEL] = pool.workload
         spec: dict[str, Any] = {"containers": [container], "restartPolicy": "Always"}
@@ -100,16 +151,17 @@ class KubernetesBackend:
             aff = self.node_affinity()
             if aff:
                 spec["affinity"] = {"nodeAffinity": dict(aff)}
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": cid,
-                "labels": labels,
-                "annotations": {IDLE_ANN: repr(now), DEADLINE_ANN: repr(deadline), CLAIMED_ANN: "true" if state == "claimed" else "false"},
-            },
-            "spec": spec,
+        metadata: dict[str, Any] = {
+            "name": cid,
+            "labels": labels,
+            "annotations": {IDLE_ANN: repr(now), DEADLINE_ANN: repr(deadline), CLAIMED_ANN: "true" if state == "claimed" else "false"},
         }
+        if self.owner is not None:
+            if self.owner.namespace == pool.namespace:
+                metadata["ownerReferences"] = [self.owner_reference()]
+            else:
+                metadata["annotations"][OWNER_ANN] = self.owner.describe()
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
     def _to_container(self, pool: PoolSpec, pod) -> Container | None:
         md = pod.metadata
@@ -148,6 +200,27 @@ class KubernetesBackend:
             if c is not None:
                 out.append(c)
         return out
+
+    def list_orphans(self, known_pools: set[str]) -> list[tuple[str, Container]]:
+        """(namespace, container) of every pod this controller manages, in any namespace,
+        whose pool is not in ``known_pools``."""
+        try:
+            pods = self.api.list_pod_for_all_namespaces(label_selector=f"{MANAGED_LABEL}={MANAGED_BY}", _request_timeout=self.timeout)
+        except (ApiException, OSError) as exc:
+            raise BackendError(f"listing warm-pool pods failed: {exc}") from exc
+        out = []
+        for pod in pods.items:
+            name = (pod.metadata.labels or {}).get(POOL_LABEL, "")
+            if name in known_pools:
+                continue
+            ns = pod.metadata.namespace
+            c = self._to_container(PoolSpec(name=name, namespace=ns, workload="", series=""), pod)
+            if c is not None:
+                out.append((ns, c))
+        return out
+
+    def delete_orphan(self, namespace: str, container_id: str) -> None:
+        self.delete(PoolSpec(name="", namespace=namespace, workload="", series=""), container_id)
 
     def create(self, pool: PoolSpec, container_id: str, now: float, deadline: float) -> tuple[Container, Mapping[str, float]]:
         t0 = time.perf_counter()

@@ -114,6 +114,13 @@ class SimBackend:
             self.created_total += 1
         return c, {"sandbox": ms}
 
+    def list_orphans(self, known_pools: set[str]) -> list[tuple[str, Container]]:
+        with self._lock:
+            return [("", c) for pool, cs in sorted(self._by_pool.items()) if pool not in known_pools for c in cs.values()]
+
+    def delete_orphan(self, namespace: str, container_id: str) -> None:
+        self.delete(None, container_id)  # type: ignore[arg-type]
+
     def container_ids(self) -> list[str]:
         with self._lock:
             return sorted(self._containers)
