@@ -73,9 +73,11 @@ def timed_map(engine, trainer: Trainer, items: list, label: str, repeat: int) ->
     assert len(got) == len(items) and not any(isinstance(g, Exception) for g in got)
     row = {"engine": label, "workers": engine.workers, "fits": len(items), "seconds": wall,
            "fits_per_second": len(items) / wall, "fits_per_second_per_worker": len(items) / wall / engine.workers,
-           "cpu_seconds_per_fit": st.task_seconds / len(items), "batches": st.batches, "batch_size": st.batch_size}
+           "cpu_seconds_per_fit": st.task_seconds / len(items), "batches": st.batches, "batch_size": st.batch_size,
+           "engine_overhead": st.overhead()}
     print(f"  {label:<22} {row['fits_per_second']:6.2f} fits/s ({row['fits_per_second_per_worker']:.2f} per worker), "
-          f"{st.task_seconds / len(items):.3f} CPU-s per fit, {st.batches} batches of {st.batch_size}", flush=True)
+          f"{st.task_seconds / len(items):.3f} s per fit, {st.batches} batches of {st.batch_size}, "
+          f"{100 * st.overhead():.1f}% of the workers' time outside the fits", flush=True)
     return row, got
 
 
@@ -164,10 +166,12 @@ def projection(rows: list[dict], refresh: dict, redis: dict | None, fits_per_day
 
 
 def write_markdown(payload: dict) -> Path:
-    lines = ["| engine | workers | fits/s | fits/s per worker | CPU-s per fit |", "|---|---|---|---|---|"]
+    lines = ["| engine | workers | fits/s | fits/s per worker | s per fit (in the worker) | workers' time outside fits |",
+             "|---|---|---|---|---|---|"]
     for r in payload["engines"]:
         lines.append(f"| {r['engine']} | {r['workers']} | {r['fits_per_second']:.2f} | "
-                     f"{r['fits_per_second_per_worker']:.2f} | {r['cpu_seconds_per_fit']:.3f} |")
+                     f"{r['fits_per_second_per_worker']:.2f} | {r['cpu_seconds_per_fit']:.3f} | "
+                     f"{100 * r['engine_overhead']:.1f}% |")
     s = payload["summary"]
     lines += ["", f"- Ray 2 workers vs 1: {s['ray_speedup_2_vs_1']:.2f}x",
               f"- Ray overhead vs local, same processes: 1 process {100 * s['ray_overhead_vs_local_1']:+.1f}%, "
