@@ -58,24 +58,36 @@ def test_an_unreadable_owner_fails_the_create_and_the_pool_backs_off(fake, clock
 
 
 def test_pods_of_a_pool_removed_while_the_controller_was_down_are_collected(fake, clock):
-    backend = KubernetesBackend(host=fake.url)
+    other = KubernetesBackend(host=fake.url)  # another controller (no owner) with a pool "batch"
+    Controller(make_policy(**{**K8S_POOL, "name": "batch", "min_warm": 1}), MemoryForecastStore(), {"kubernetes": other}, clock=clock).step()
+    elsewhere = KubernetesBackend(host=fake.url, owner=Owner("apps/v1", "Deployment", "foresight-warmpool", "foresight", uid="u2"))
+    Controller(make_policy(**{**K8S_POOL, "name": "jobs", "min_warm": 1, "workload": {"namespace": "jobs", "name": "jobs"}}),
+               MemoryForecastStore(), {"kubernetes": elsewhere}, clock=clock).step()
+    owner = Owner("apps/v1", "Deployment", "foresight-warmpool", "demo")
+    backend = KubernetesBackend(host=fake.url, owner=owner)
     ctl = Controller(make_policy(**K8S_POOL), MemoryForecastStore(), {"kubernetes": backend}, clock=clock)
     ctl.step()
     ctl.claim("web")
-    assert len(fake.pods) == 2
+    assert len(fake.pods) == 4
     # restart with a policy that no longer has "web"
     settings = ControllerSettings(orphan_gc_interval_seconds=60, orphan_claimed_grace_seconds=300)
-    ctl2 = Controller(make_policy(**{**K8S_POOL, "name": "api", "min_warm": 1}), MemoryForecastStore(), {"kubernetes": backend},
+    ctl2 = Controller(make_policy(**{**K8S_POOL, "name": "api", "min_warm": 1}), MemoryForecastStore(), {"kubernetes": KubernetesBackend(host=fake.url, owner=owner)},
                       clock=clock, settings=settings)
     ctl2.step()
     pools = {p["metadata"]["labels"]["foresight.dev/pool"] + "/" + p["metadata"]["labels"]["foresight.dev/state"] for p in fake.pods.values()}
-    assert pools == {"api/warm", "web/claimed"}  # the warm orphan went; the claimed one has its grace
+    # the warm orphan went; the claimed one has its grace; other controllers' pods are not ours
+    assert pools == {"api/warm", "web/claimed", "batch/warm", "jobs/warm"}
     clock.advance(200)
     ctl2.step()
-    assert len(fake.pods) == 2  # not yet 300 s, and the next search waits 60 s anyway
+    assert len(fake.pods) == 4  # not yet 300 s, and the next search waits 60 s anyway
+    fresh = KubernetesBackend(host=fake.url, owner=owner)  # resolves its owner's uid to recognise its pods
+    assert [(ns, c.pool, c.state) for ns, c in fresh.list_orphans({"api"})] == [("demo", "web", "claimed")]
     clock.advance(101)
     ctl2.step()
-    assert {p["metadata"]["labels"]["foresight.dev/pool"] for p in fake.pods.values()} == {"api"}
+    assert {p["metadata"]["labels"]["foresight.dev/pool"] for p in fake.pods.values()} == {"api", "batch", "jobs"}
+    # the controller owning "jobs" (annotated: its pods live outside its namespace) collects it once "jobs" is removed
+    Controller(make_policy(**{**K8S_POOL, "name": "api", "min_warm": 1}), MemoryForecastStore(), {"kubernetes": elsewhere}, clock=clock).step()
+    assert {p["metadata"]["labels"]["foresight.dev/pool"] for p in fake.pods.values()} == {"api", "batch"}
     assert ctl2.metrics.registry.get_sample_value("foresight_warmpool_orphans_deleted_total", {"pool": "web"}) == 2.0
 
 

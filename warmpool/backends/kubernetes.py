@@ -16,7 +16,8 @@ or any object), pods in the owner's namespace carry an ownerReference to it (``c
 true``, so no ReplicaSet adopts a claimed pod through its ``app`` label), and Kubernetes'
 garbage collector removes them with it. Kubernetes forbids cross-namespace owners, so pods in
 other namespaces carry ``foresight.dev/owner`` instead and rely on the controller's own orphan
-collection (``list_orphans``: pods of pools no longer in the policy, across namespaces).
+collection (``list_orphans``: its own pods of pools no longer in the policy, across namespaces;
+without an owner it collects nothing, since another controller's pods would look the same).
 """
 
 from __future__ import annotations
@@ -202,21 +203,33 @@ class KubernetesBackend:
         return out
 
     def list_orphans(self, known_pools: set[str]) -> list[tuple[str, Container]]:
-        """(namespace, container) of every pod this controller manages, in any namespace,
-        whose pool is not in ``known_pools``."""
+        """(namespace, container) of every pod of THIS controller (its ownerReference or its
+        ``foresight.dev/owner`` annotation), in any namespace, whose pool is not in
+        ``known_pools``. Without an owner nothing is collected: another controller's pods
+        look the same."""
+        if self.owner is None:
+            return []
+        if self.owner.namespace and not self._owner_uid:
+            self.owner_reference()  # resolves the uid (a CreateError is a BackendError: retried next time)
         try:
             pods = self.api.list_pod_for_all_namespaces(label_selector=f"{MANAGED_LABEL}={MANAGED_BY}", _request_timeout=self.timeout)
         except (ApiException, OSError) as exc:
             raise BackendError(f"listing warm-pool pods failed: {exc}") from exc
+        mine = self.owner.describe()
         out = []
         for pod in pods.items:
-            name = (pod.metadata.labels or {}).get(POOL_LABEL, "")
+            md = pod.metadata
+            name = (md.labels or {}).get(POOL_LABEL, "")
             if name in known_pools:
                 continue
-            ns = pod.metadata.namespace
-            c = self._to_container(PoolSpec(name=name, namespace=ns, workload="", series=""), pod)
+            owned = (md.annotations or {}).get(OWNER_ANN) == mine or any(
+                r.uid == self._owner_uid and r.kind == self.owner.kind and r.name == self.owner.name
+                for r in (md.owner_references or []) if self._owner_uid)
+            if not owned:
+                continue
+            c = self._to_container(PoolSpec(name=name, namespace=md.namespace, workload="", series=""), pod)
             if c is not None:
-                out.append((ns, c))
+                out.append((md.namespace, c))
         return out
 
     def delete_orphan(self, namespace: str, container_id: str) -> None:
