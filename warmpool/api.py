@@ -115,3 +115,22 @@ def create_app(controller: "Controller", auth=None):
         return {"ok": True}
 
     return app
+
+
+def create_probe_app(controller: "Controller"):
+    """Only /healthz and /metrics, for a plain-HTTP probe port next to an mTLS API (kubelet
+    probes and Prometheus present no client certificate)."""
+    from fastapi import FastAPI, Response
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    app = FastAPI(title="foresight warm pools (probes)", version="v1alpha1")
+
+    @app.get("/metrics")
+    def metrics():
+        return Response(generate_latest(controller.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz")
+    def healthz():
+        return {"ok": True}
+
+    return app

@@ -45,6 +45,12 @@ def register(subparsers) -> None:
     r.add_argument("--owner-namespace", default=os.environ.get("POD_NAMESPACE"),
                    help="the owner's namespace (default $POD_NAMESPACE, from the downward API); only pods there can be owned")
     r.add_argument("--owner-uid", default=os.environ.get("FORESIGHT_WARMPOOL_OWNER_UID", ""), help="the owner's uid (default: read from the API server)")
+    r.add_argument("--tls-cert", default=None, help="serve the API over HTTPS with this certificate (PEM)")
+    r.add_argument("--tls-key", default=None, help="the key of --tls-cert (PEM)")
+    r.add_argument("--client-ca", default=None,
+                   help="mTLS: only clients with a certificate signed by this CA connect (an authentication method on its own; "
+                        "needs --tls-cert/--tls-key). /healthz and /metrics then answer on --probe-port")
+    r.add_argument("--probe-port", type=int, default=None, help="plain-HTTP port for /healthz and /metrics only (with --client-ca)")
     r.add_argument("--insecure-no-auth", action="store_true", help="serve claim/release without authentication (development only)")
     r.set_defaults(func=_run)
 
@@ -105,6 +111,14 @@ def _run(args) -> int:
     from warmpool.policy import load_policy
     from warmpool.wiring import HttpServer, build_backends, default_state_dir
 
+    from warmpool.api import create_probe_app
+    from warmpool.wiring import TLSFiles
+
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise UserError("--tls-cert and --tls-key go together")
+    if args.client_ca and not args.tls_cert:
+        raise UserError("--client-ca (mTLS) needs --tls-cert and --tls-key")
+    tls = TLSFiles(args.tls_cert, args.tls_key, args.client_ca) if args.tls_cert else None
     auth = _authenticator(args)
     policy = load_policy(args.policy)
     store = open_store(args.store)
@@ -112,9 +126,14 @@ def _run(args) -> int:
     coldstart = ColdStartModel(policy.runtime_classes)
     backends = build_backends(policy, state_dir, kubeconfig=args.kubeconfig, coldstart=coldstart, store=store, owner=_owner(args))
     ctl = Controller(policy, store, backends, settings=ControllerSettings(reconcile_interval_seconds=args.interval), coldstart=coldstart)
-    server = HttpServer(create_app(ctl, auth), args.host, args.port).start()
-    print(f"warm pools {', '.join(p.name for p in policy.pools)} on {', '.join(sorted(backends))}; API on http://{args.host}:{server.port} "
-          f"({'authenticated by ' + auth.describe() if auth else 'UNAUTHENTICATED'})", flush=True)
+    server = HttpServer(create_app(ctl, auth), args.host, args.port, tls=tls).start()
+    try:
+        probes = HttpServer(create_probe_app(ctl), args.host, args.probe_port).start() if args.probe_port is not None else None
+    except BaseException:
+        server.stop()
+        raise
+    print(f"warm pools {', '.join(p.name for p in policy.pools)} on {', '.join(sorted(backends))}; API on http{'s' if tls else ''}://{args.host}:{server.port} "
+          f"({_auth_text(auth, tls)})" + (f"; probes on http://{args.host}:{probes.port}" if probes else ""), flush=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -122,16 +141,23 @@ def _run(args) -> int:
         ctl.run(stop, PolicyWatcher(args.policy))
     finally:
         server.stop()
+        if probes is not None:
+            probes.stop()
     return 0
+
+
+def _auth_text(auth, tls) -> str:
+    parts = (["client certificates (mTLS)"] if tls is not None and tls.client_ca else []) + ([auth.describe()] if auth else [])
+    return "authenticated by " + " and ".join(parts) if parts else "UNAUTHENTICATED"
 
 
 def _authenticator(args):
     from warmpool.auth import build_authenticator
 
     if not (args.token_file or args.token_review):
-        if args.insecure_no_auth:
+        if args.insecure_no_auth or args.client_ca:
             return None
-        raise UserError("the claim API creates containers: give --token-file F and/or --token-review "
+        raise UserError("the claim API creates containers: give --token-file F and/or --token-review, or --client-ca for mTLS "
                         "(or --insecure-no-auth for development)")
     if args.allow and not args.token_review:
         raise UserError("--allow applies to --token-review identities; add --token-review")

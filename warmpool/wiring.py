@@ -57,13 +57,30 @@ def build_backends(policy: Policy, state_dir: str | Path, clock: Callable[[], fl
     return out
 
 
+class TLSFiles:
+    """Serving certificate and key; with ``client_ca``, clients must present a certificate it signed."""
+
+    def __init__(self, cert: str, key: str, client_ca: str | None = None):
+        for flag, f in (("--tls-cert", cert), ("--tls-key", key), ("--client-ca", client_ca)):
+            if f is not None and not Path(f).is_file():
+                raise UserError(f"{flag} {f}: no such file")
+        self.cert, self.key, self.client_ca = cert, key, client_ca
+
+
 class HttpServer:
     """uvicorn in a daemon thread; ``stop()`` waits for it to finish."""
 
-    def __init__(self, app, host: str, port: int):
+    def __init__(self, app, host: str, port: int, tls: "TLSFiles | None" = None):
         import uvicorn
 
-        self.config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
+        kw: dict = {}
+        if tls is not None:
+            import ssl
+
+            kw = {"ssl_certfile": tls.cert, "ssl_keyfile": tls.key}
+            if tls.client_ca:  # mTLS: no client certificate signed by this CA, no connection
+                kw.update(ssl_ca_certs=tls.client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED)
+        self.config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off", **kw)
         self.server = uvicorn.Server(self.config)
         self.thread = threading.Thread(target=self.server.run, name="warmpool-http", daemon=True)
 
