@@ -34,7 +34,7 @@ from forecaster.training import GLOBAL_MODELS, Trainer, fit_item, step_workload
 
 log = logging.getLogger(__name__)
 
-__all__ = ["train_once", "run_schedule", "TrainScheduler", "ThreadFits", "InlineFits", "EngineFits", "trainer_from_config",
+__all__ = ["train_once", "run_schedule", "TrainScheduler", "ThreadFits", "InlineFits", "trainer_from_config",
            "workload_meta", "fit_priority"]
 
 
@@ -322,51 +322,6 @@ class ThreadFits(_Queue):
             self._thread.join(timeout)
 
 
-class EngineFits(ThreadFits):
-    """``ThreadFits`` whose worker takes every queued fit at once: it pulls the histories here,
-    fits them as one ``map`` on ``engine`` (``forecaster.engine``, e.g. a Ray cluster) and adopts
-    the fitted states here. Jobs without a per-series part (the global model) run in the thread."""
-
-    def __init__(self, engine, **kwargs: Any) -> None:
-        self.engine = engine
-        super().__init__(**kwargs)
-
-    def run_one(self) -> bool:
-        with self.cond:
-            taken = [heapq.heappop(self._heap)[2:] for _ in range(len(self._heap))]
-        if not taken:
-            return False
-        items, keys, trainer = [], [], None
-        for key, job in taken:
-            try:
-                if hasattr(job, "prepare"):
-                    items.append(job.prepare())
-                    keys.append(key)
-                    trainer = job.trainer
-                    continue
-                job()
-            except Exception:  # noqa: BLE001 - one failed fit never stops the worker
-                log.exception("fit job %s failed", key)
-            self.finish(key)
-        try:
-            if items:
-                for got in self.engine.map(fit_item, items, context=trainer.detached()):
-                    if isinstance(got, Exception):
-                        log.warning("%s", got)
-                    else:
-                        trainer.adopt(got)
-        except Exception:  # noqa: BLE001 - the keys are released: the next step queues them again
-            log.exception("fits on %s failed", getattr(self.engine, "name", "engine"))
-        finally:
-            for key in keys:
-                self.finish(key)
-        return True
-
-    def stop(self, timeout: float | None = 5.0) -> None:
-        super().stop(timeout)
-        self.engine.close()
-
-
 def _prefetch(fn: Callable[[Any], Any], items: Iterable[Any], threads: int, ahead: int) -> Iterator[tuple[Any, Any]]:
     """(item, fn(item) or the exception it raised), in order, with up to ``ahead`` calls in
     flight on ``threads`` threads: source latency overlaps the refreshes."""
@@ -473,7 +428,8 @@ class TrainScheduler:
         def job() -> None:
             sid, ts, vals, now, cap = prepare()
             self.trainer.fit(sid, ts, vals, now=now, capacity_per_pod=cap)
-        job.prepare, job.trainer = prepare, self.trainer  # type: ignore[attr-defined]  # for EngineFits
+        # EngineFits pulls here (prepare) and fits elsewhere; ThreadFits just calls job()
+        job.prepare, job.trainer = prepare, self.trainer  # type: ignore[attr-defined]
         return job
 
     def _global_job(self, workloads: list) -> Callable[[], None]:
@@ -494,11 +450,15 @@ def run_schedule(config, source, store, *, clock: Callable[[], float] = time.tim
                  on_step: Callable[[dict], None] | None = None, fits: ThreadFits | InlineFits | None = None,
                  pull_threads: int = 4, engine=None) -> Trainer:
     """Every ``refresh_interval_seconds`` one ``TrainScheduler.step``; fits run on ``fits``
-    (a ``ThreadFits`` by default, an ``EngineFits`` with ``engine``) and never delay the next step."""
+    (a ``ThreadFits`` by default, ``forecaster.engines.fits.EngineFits`` with ``engine``) and never
+    delay the next step."""
     trainer = trainer_from_config(config, store, clock)
     hold = config.training.refresh_interval_seconds
-    if fits is None:
-        fits = ThreadFits(max_hold_seconds=hold) if engine is None else EngineFits(engine, max_hold_seconds=hold)
+    if fits is None and engine is not None:
+        from forecaster.engines.fits import EngineFits
+
+        fits = EngineFits(engine, max_hold_seconds=hold)
+    fits = fits if fits is not None else ThreadFits(max_hold_seconds=hold)
     sched = TrainScheduler(config, source, trainer, fits=fits, pull_threads=pull_threads, clock=clock)
     interval = config.training.refresh_interval_seconds
     i = 0

@@ -97,7 +97,8 @@ def test_train_once_fits_on_ray_and_publishes_what_local_publishes(ray_engine):
 
 
 def test_the_trainer_schedule_sends_its_due_fits_to_ray_in_one_batch_and_adopts_them(ray_engine):
-    from forecaster.schedule import EngineFits, TrainScheduler, trainer_from_config
+    from forecaster.engines.fits import EngineFits
+    from forecaster.schedule import TrainScheduler, trainer_from_config
 
     config = _config(["auto"])
     src = CsvSource(str(DATA))
