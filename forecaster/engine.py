@@ -18,12 +18,16 @@ Only ``forecaster.engines.ray_engine`` imports ray.
 from __future__ import annotations
 
 import importlib
-import math
-import time
-from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
-from forecaster.errors import UserError
+from forecaster.engines.base import (  # noqa: F401 - the seam's public names
+    Engine,
+    EngineError,
+    MapStats,
+    Progress,
+    auto_batch_size,
+    batches,
+    run_batch,
+)
 
 __all__ = ["Engine", "EngineError", "MapStats", "ENGINES", "open_engine", "batches", "run_batch", "auto_batch_size"]
 
@@ -32,64 +36,6 @@ ENGINES: dict[str, str] = {
     "local": "forecaster.engines.local:LocalEngine",
     "ray": "forecaster.engines.ray_engine:RayEngine",
 }
-
-Progress = Callable[[int], None]  # called with the number of items just finished
-
-
-class EngineError(UserError):
-    """An engine cannot be opened or reached (unknown name, Ray missing, cluster unreachable)."""
-
-
-@dataclass
-class MapStats:
-    """What the last ``map`` cost: ``task_seconds`` is the time spent inside ``fn`` summed over
-    items (on whichever worker ran them), ``seconds`` the caller's wall time."""
-
-    items: int = 0
-    batches: int = 0
-    batch_size: int = 0
-    workers: int = 1
-    seconds: float = 0.0
-    task_seconds: float = 0.0
-
-    def overhead(self) -> float:
-        """Share of the workers' wall time not spent in ``fn`` (scheduling, transfer, imbalance)."""
-        busy = self.seconds * max(1, min(self.workers, self.batches or 1))
-        return max(0.0, 1.0 - self.task_seconds / busy) if busy > 0 else 0.0
-
-
-@runtime_checkable
-class Engine(Protocol):
-    name: str
-    workers: int
-    last_stats: MapStats
-
-    def map(self, fn: Callable[[Any, Any], Any], items: Sequence[Any], *, context: Any = None,
-            batch_size: int | None = None, progress: Progress | None = None) -> list[Any]:
-        """``[fn(context, item) for item in items]``, run on the engine's workers."""
-        ...
-
-    def close(self) -> None: ...
-
-
-def auto_batch_size(n: int, workers: int, waves: int = 4) -> int:
-    """Items per task: about ``waves`` tasks per worker. Few tasks keep the per-task cost (a
-    few ms on Ray) far below the work in them; more than one wave per worker lets a fast
-    worker take a slow one's share and makes a retried batch cheap."""
-    return max(1, math.ceil(n / max(1, workers * waves)))
-
-
-def batches(items: Sequence[Any], size: int) -> list[list[Any]]:
-    size = max(1, int(size))
-    return [list(items[i : i + size]) for i in range(0, len(items), size)]
-
-
-def run_batch(fn: Callable[[Any, Any], Any], context: Any, batch: Sequence[Any]) -> tuple[list[Any], float]:
-    """What a worker runs for one batch: the results and the seconds spent in ``fn``."""
-    t0 = time.perf_counter()
-    out = [fn(context, item) for item in batch]
-    return out, time.perf_counter() - t0
-
 
 def open_engine(name: str = "local", *, jobs: int = 1, address: str | None = None) -> Engine:
     """The engine called ``name``: ``local`` (in process, or ``jobs`` spawned processes) or

@@ -6,7 +6,7 @@ import heapq
 import logging
 from typing import Any
 
-from forecaster.schedule import ThreadFits
+from forecaster.fitqueue import ThreadFits
 from forecaster.training import fit_item
 
 log = logging.getLogger(__name__)

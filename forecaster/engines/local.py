@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
-from forecaster.engine import MapStats, Progress, auto_batch_size, batches, run_batch
+from forecaster.engines.base import MapStats, Progress, auto_batch_size, batches, run_batch
 
 _ONE_THREAD = False
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")

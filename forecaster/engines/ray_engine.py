@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any, Callable, Sequence
 
-from forecaster.engine import EngineError, MapStats, Progress, auto_batch_size, batches, run_batch
+from forecaster.engines.base import EngineError, MapStats, Progress, auto_batch_size, batches, run_batch
 
 log = logging.getLogger(__name__)
 
