@@ -189,11 +189,22 @@ class Operator:
             stop.wait(0.2)  # a burst of watch events is one pass
 
 
+# The warm-pool API authenticates callers (TokenReview): the operator sends its own
+# service-account token when it runs in a pod.
+SA_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
 def _http_get(url: str) -> str:
+    import os
+
     import httpx
 
+    headers = {}
+    if os.path.exists(SA_TOKEN):
+        with open(SA_TOKEN) as f:
+            headers["Authorization"] = f"Bearer {f.read().strip()}"
     try:
-        r = httpx.get(url, timeout=5.0)
+        r = httpx.get(url, timeout=5.0, headers=headers)
         r.raise_for_status()
     except httpx.HTTPError as exc:
         raise OSError(str(exc)) from exc
