@@ -51,7 +51,7 @@ TMOD=$(GOFLAGS=-mod=mod go mod download -json "github.com/thanos-io/thanos@$THAN
   grep -E '^replace [^(]' "$TMOD" | grep -v '=> \./' || true
 } > go.mod
 
-log "resolving modules (cold: downloads ~1 GB into $(go env GOMODCACHE))"
+log "resolving modules (cold: downloads ~1.4 GB into $(go env GOMODCACHE))"
 GOFLAGS=-mod=mod go get "github.com/thanos-io/thanos/cmd/thanos@$THANOS_VERSION" >&2
 grep -q "github.com/thanos-io/thanos $THANOS_VERSION" go.mod || { echo "build_thanos.sh: go get moved thanos off $THANOS_VERSION" >&2; exit 4; }
 
