@@ -147,26 +147,34 @@ def metrics_server(control_plane, serving_pki):
     srv.stop()
 
 
-MANIFESTS = sorted(p for p in (ROOT / "manifests").rglob("*.yaml") if p.name != "kube-scheduler-configuration.yaml")
+# Not API objects: a kube-scheduler component config (applied as its ConfigMap) and a
+# `kubectl patch --patch-file` for the trainer.
+NOT_OBJECTS = {"kube-scheduler-configuration.yaml", "trainer-patch.yaml"}
+MANIFESTS = sorted(p for p in (ROOT / "manifests").rglob("*.yaml") if p.name not in NOT_OBJECTS)
 
-# CRDs some manifests need (a user installs them with the operator). Taken from the operator's
-# own Go module at a pinned version, through the Go module proxy like the rest of the build.
-OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
-OPERATOR_CRDS = {"PrometheusRule": "monitoring.coreos.com_prometheusrules.yaml"}
+# CRDs some manifests need (a user installs them with the operator they belong to). Taken from
+# each operator's own Go module at a pinned version, through the Go module proxy like the rest
+# of the build: kind -> (module@version, path of the CRD inside the module).
+OPERATOR_CRDS = {
+    "PrometheusRule": ("github.com/prometheus-operator/prometheus-operator@v0.85.0",
+                       "example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml"),
+    "RayCluster": ("github.com/ray-project/kuberay/ray-operator@v1.5.1", "config/crd/bases/ray.io_rayclusters.yaml"),
+}
 
 
 def operator_crds(kinds) -> list[Path]:
     import json as _json
 
-    wanted = [OPERATOR_CRDS[k] for k in sorted(kinds) if k in OPERATOR_CRDS]
-    if not wanted:
-        return []
-    r = subprocess.run(["go", "mod", "download", "-json", OPERATOR_MODULE], capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "GOFLAGS": "-mod=mod"}, cwd=tempfile.gettempdir())
-    info = _json.loads(r.stdout or "{}")
-    if r.returncode != 0 or "Dir" not in info:
-        raise RuntimeError(f"go mod download {OPERATOR_MODULE} failed: {info.get('Error') or r.stderr.strip()}")
-    return [Path(info["Dir"]) / "example" / "prometheus-operator-crd" / f for f in wanted]
+    out = []
+    for kind in sorted(k for k in kinds if k in OPERATOR_CRDS):
+        module, path = OPERATOR_CRDS[kind]
+        r = subprocess.run(["go", "mod", "download", "-json", module], capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "GOFLAGS": "-mod=mod"}, cwd=tempfile.gettempdir())
+        info = _json.loads(r.stdout or "{}")
+        if r.returncode != 0 or "Dir" not in info:
+            raise RuntimeError(f"go mod download {module} failed: {info.get('Error') or r.stderr.strip()}")
+        out.append(Path(info["Dir"]) / path)
+    return out
 
 
 @pytest.fixture(scope="session")
@@ -182,7 +190,11 @@ def applied_manifests(control_plane):
     crds = operator_crds(kinds)
     if crds:
         cp.kubectl("apply", "--server-side", *[a for p in crds for a in ("-f", str(p))])
-        cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{p.name[len('monitoring.coreos.com_'):-5]}.monitoring.coreos.com" for p in crds])
+        # the files are named GROUP_PLURAL.yaml, the CRDs PLURAL.GROUP
+        names = [f"crd/{p.stem.partition('_')[2]}.{p.stem.partition('_')[0]}" for p in crds]
+        # a CRD has no conditions for a moment after it is created: kubectl wait errors then
+        wait_for("CRDs Established", lambda: cp.kubectl("wait", "--for=condition=Established", "--timeout=30s", *names,
+                                                         check=False).returncode == 0, timeout=90)
     out = cp.kubectl("apply", "--server-side", *[a for p in MANIFESTS for a in ("-f", str(p))]).stdout
     return out
 

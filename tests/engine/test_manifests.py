@@ -33,7 +33,9 @@ def test_the_trainer_and_the_cluster_share_one_token_secret():
     docs = _docs("raycluster.yaml")
     (secret,) = [d for d in docs if d["kind"] == "Secret"]
     (cluster,) = [d for d in docs if d["kind"] == "RayCluster"]
-    assert cluster["spec"]["authOptions"] == {"mode": "token", "secretName": secret["metadata"]["name"]}
+    # KubeRay reads the token from the Secret named like the cluster (KubeRay's CRD has no secretName)
+    assert cluster["spec"]["authOptions"] == {"mode": "token"}
+    assert secret["metadata"]["name"] == cluster["metadata"]["name"] and "auth_token" in secret["stringData"]
     (patch,) = _docs("trainer-patch.yaml")
     env = {e["name"]: e for e in patch["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["RAY_AUTH_MODE"]["value"] == "token"
