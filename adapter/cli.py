@@ -12,12 +12,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from adapter.factory import build_app, build_auth, build_demand, build_settings  # noqa: F401 - the CLI's wiring
+from adapter.factory import DEFAULT_STORE, build_app, build_settings
 from forecaster.errors import UserError
 
 log = logging.getLogger("foresight.adapter")
 
-DEFAULT_STORE = "redis://127.0.0.1:6379/0"
 
 
 def register(subparsers) -> None:

@@ -8,7 +8,9 @@ from typing import Any
 
 from forecaster.errors import UserError
 
-__all__ = ["build_app", "build_auth", "build_demand", "build_settings"]
+__all__ = ["DEFAULT_STORE", "build_app", "build_auth", "build_demand", "build_settings"]
+
+DEFAULT_STORE = "redis://127.0.0.1:6379/0"  # without --store and without a config's store.url
 
 
 def build_settings(opts: dict[str, Any]):

@@ -26,15 +26,14 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from forecaster.drift import DriftSettings, LiveSkill
 from forecaster.models import Model, ModelError, get_model
-from forecaster.models.base import clean_history
-from forecaster.models.base import season_length
-from forecaster.selection import DEFAULT_CANDIDATES, Selection, SelectionSettings, select_and_fit
+from forecaster.models.base import clean_history, season_length
+from forecaster.selection import DEFAULT_CANDIDATES, SelectionSettings, select_and_fit
 from forecaster.serving import ServingPolicy, ServingSettings, policy_from_model
 from forecaster.store import Forecast, ForecastStore, make_forecast
 

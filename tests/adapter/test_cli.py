@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from adapter.app import create_app
-from adapter.cli import build_settings
+from adapter.factory import build_settings
 from adapter.quantity import parse_quantity
 from forecaster.errors import UserError
 from forecaster.store import MemoryForecastStore, make_forecast
@@ -78,3 +78,10 @@ def test_bad_serve_options_are_user_errors_naming_the_flag(argv, needle):
     args = build_parser().parse_args(argv)
     with pytest.raises(UserError, match=needle):
         build_settings(options_from_args(args))
+
+
+def test_without_a_store_flag_or_config_serve_defaults_to_local_redis():
+    from adapter.factory import DEFAULT_STORE
+
+    _, url = build_settings({})
+    assert url == DEFAULT_STORE == "redis://127.0.0.1:6379/0"

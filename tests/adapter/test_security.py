@@ -121,7 +121,7 @@ def test_front_proxy_user_and_groups_are_what_the_access_review_sees(pki):
 
 
 def test_serve_builds_the_demand_reader_and_the_reviewers_from_its_options(tmp_path):
-    from adapter.cli import build_auth, build_demand
+    from adapter.factory import build_auth, build_demand
     from adapter.fallback import PrometheusDemandReader
 
     cfg = tmp_path / "w.yaml"
