@@ -8,23 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.controlplane import ROOT
+from tests.cluster.controlplane import allow_cold_build, ROOT
 from tests.operator.conftest import start_control_plane
 
 CHART = ROOT / "charts" / "foresight"
 KUBE_VERSION = "1.35.4"  # the control plane the tests run (tests/cluster/build.sh)
 
 
-# pytest-timeout counts fixture setup: the first test here may build the control plane (and
-# helm) cold on a fresh machine, 15-35 min on 2 cores (tests/cluster/build.sh).
-COLD_BUILD_TIMEOUT_SECONDS = 3000
-
 
 def pytest_collection_modifyitems(config, items):
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.timeout(COLD_BUILD_TIMEOUT_SECONDS))
+    allow_cold_build(items, Path(__file__).parent)
 
 
 @pytest.fixture(scope="session")

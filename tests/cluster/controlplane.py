@@ -500,3 +500,17 @@ def wait_for(what: str, ok: Callable[[], Any], timeout: float = 120.0, interval:
         time.sleep(interval)
     extra = detail() if detail else ""
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last error: {last!r}) {extra}")
+
+
+# pytest-timeout counts fixture setup, and the first test of a suite that needs the control
+# plane (or helm, or thanos) may build it cold on a fresh machine: 15-35 min on 2 cores.
+COLD_BUILD_TIMEOUT_SECONDS = 3000
+
+
+def allow_cold_build(items, folder: Path, seconds: float = COLD_BUILD_TIMEOUT_SECONDS) -> None:
+    """Give every test collected under ``folder`` a timeout that covers a cold build."""
+    import pytest
+
+    for item in items:
+        if folder in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.timeout(seconds))

@@ -21,21 +21,14 @@ import httpx
 import pytest
 import yaml
 
-from tests.cluster.controlplane import ROOT, ControlPlane, KubeletStandIn, build_binaries, free_port, tls_context, wait_for
+from tests.cluster.controlplane import allow_cold_build, ROOT, ControlPlane, KubeletStandIn, build_binaries, free_port, tls_context, wait_for
 from tests.cluster.metrics_standin import MetricsServerStandIn
 
 NODES = [("node-a", "zone-1"), ("node-b", "zone-1"), ("node-c", "zone-2")]
 
-# pytest-timeout counts fixture setup, and the first e2e test to run sets up the control plane,
-# which on a fresh machine includes the cold build of the binaries (15-35 min on 2 cores).
-COLD_BUILD_TIMEOUT_SECONDS = 3000
-
 
 def pytest_collection_modifyitems(config, items):
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.timeout(COLD_BUILD_TIMEOUT_SECONDS))
+    allow_cold_build(items, Path(__file__).parent)
 
 
 @pytest.fixture(scope="session")

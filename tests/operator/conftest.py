@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.controlplane import ROOT, ControlPlane, build_binaries
+from tests.cluster.controlplane import allow_cold_build, ROOT, ControlPlane, build_binaries
 
 CRDS = sorted((ROOT / "manifests" / "crds").glob("*.yaml"))
 
@@ -29,16 +29,9 @@ def start_control_plane(request, tmp_path_factory) -> ControlPlane:
     return cp
 
 
-# pytest-timeout counts fixture setup: the first test here may build the control plane (and
-# helm) cold on a fresh machine, 15-35 min on 2 cores (tests/cluster/build.sh).
-COLD_BUILD_TIMEOUT_SECONDS = 3000
-
 
 def pytest_collection_modifyitems(config, items):
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.timeout(COLD_BUILD_TIMEOUT_SECONDS))
+    allow_cold_build(items, Path(__file__).parent)
 
 
 @pytest.fixture(scope="package")

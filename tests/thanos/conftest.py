@@ -34,7 +34,7 @@ import pytest
 import yaml
 
 from tests import stack
-from tests.cluster.controlplane import ROOT, Proc, free_port, wait_for
+from tests.cluster.controlplane import ROOT, Proc, allow_cold_build, free_port, wait_for
 
 DAY = 86400
 HOUR = 3600
@@ -48,16 +48,9 @@ SELECTOR = f'{METRIC}{{namespace="shop",workload="checkout"}}'
 BLOCK = 1458 * HOUR
 GAP_B = (-30 * HOUR - 1800, -26 * HOUR + 1800)  # replica b lost these samples (relative to T)
 
-# pytest-timeout counts fixture setup: the first test here may build thanos cold (~12 min on 2
-# busy cores; tests/cluster/build_thanos.sh).
-COLD_BUILD_TIMEOUT_SECONDS = 2400
-
 
 def pytest_collection_modifyitems(config, items):
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.timeout(COLD_BUILD_TIMEOUT_SECONDS))
+    allow_cold_build(items, Path(__file__).parent, seconds=2400)
 
 
 def demand(t):
