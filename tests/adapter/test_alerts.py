@@ -104,7 +104,7 @@ def test_every_metric_an_alert_uses_is_one_the_adapter_exports():
         c.get("/api/v1/forecasts")
         exported = set(re.findall(r"^(foresight_\w+?)(?:_total)?(?:\{| )", c.get("/metrics").text, re.M))
     used = {m.removesuffix("_total") for g in RULE["spec"]["groups"] for rule in g["rules"]
-            for m in re.findall(r"foresight_\w+", rule["expr"])}
+            for m in re.findall(r"foresight_adapter_\w+", rule["expr"])}  # the warm pool's: tests/chart/test_monitoring.py
     missing = used - exported
     # demand_source_up appears once a direct read was tried (the both-down test shows it)
     assert missing <= {"foresight_adapter_demand_source_up"}, missing

@@ -12,7 +12,8 @@ DASHBOARD = ROOT / "charts" / "foresight" / "dashboards" / "foresight.json"
 # the actual demand and replica counts the forecasts are compared with: not foresight's
 OTHERS = {"container_cpu_usage_seconds_total", "kube_horizontalpodautoscaler_status_desired_replicas",
           "kube_deployment_status_replicas_ready"}
-PROMQL_WORDS = {"sum", "by", "rate", "ignoring", "group_left", "histogram_quantile", "le", "label_values"}
+PROMQL_WORDS = {"sum", "by", "rate", "ignoring", "group_left", "histogram_quantile", "le", "label_values",
+                "clamp_min", "clamp_max"}
 
 
 def exported() -> set[str]:

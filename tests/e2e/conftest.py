@@ -151,6 +151,8 @@ MANIFESTS = sorted(p for p in (ROOT / "manifests").rglob("*.yaml") if p.name not
 OPERATOR_CRDS = {
     "PrometheusRule": ("github.com/prometheus-operator/prometheus-operator@v0.85.0",
                        "example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml"),
+    "ServiceMonitor": ("github.com/prometheus-operator/prometheus-operator@v0.85.0",
+                       "example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml"),
     "RayCluster": ("github.com/ray-project/kuberay/ray-operator@v1.5.1", "config/crd/bases/ray.io_rayclusters.yaml"),
 }
 
