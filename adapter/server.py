@@ -72,6 +72,11 @@ def uvicorn_kwargs(host: str, port: int, certfile: str | None, keyfile: str | No
         factory=factory,
         timeout_keep_alive=75,  # the aggregator keeps connections open; don't drop them every 5 s
     )
+    from forecaster.logs import uvicorn_log_config
+
+    log_config = uvicorn_log_config()  # --log-format json: uvicorn's lines (and its workers') as JSON too
+    if log_config is not None:
+        kw["log_config"] = log_config
     if certfile:
         kw.update(ssl_certfile=str(certfile), ssl_keyfile=str(keyfile))
         if client_ca_file:

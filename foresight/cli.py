@@ -31,6 +31,9 @@ COMMAND_MODULES = [
 
 
 from forecaster.errors import UserError as CommandError  # noqa: E402  (one error type for all parts)
+from forecaster.logs import FORMATS, configure as configure_logging  # noqa: E402
+
+LOG_FORMAT_HELP = "log lines as text (default) or JSON, one object per line on stderr"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Predictive autoscaling for Kubernetes: forecasts, HPA external metrics, warm pools.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--log-format", choices=FORMATS, default="text", help=LOG_FORMAT_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:
@@ -48,16 +52,26 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         mod.register(sub)
+    _add_log_format(sub)
     return parser
+
+
+def _add_log_format(sub: argparse._SubParsersAction) -> None:
+    """``--log-format`` after any (nested) sub-command too: ``foresight serve --log-format json``
+    is where a Deployment's args put it. SUPPRESS keeps a sub-command that was not given the
+    flag from resetting one given before it."""
+    for p in {id(p): p for p in sub.choices.values()}.values():  # aliases share a parser
+        if not any("--log-format" in a.option_strings for a in p._actions):
+            p.add_argument("--log-format", choices=FORMATS, default=argparse.SUPPRESS, help=LOG_FORMAT_HELP)
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                _add_log_format(a)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args.log_format, logging.DEBUG if args.verbose else logging.INFO)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -80,6 +80,11 @@ class HttpServer:
             kw = {"ssl_certfile": tls.cert, "ssl_keyfile": tls.key}
             if tls.client_ca:  # mTLS: no client certificate signed by this CA, no connection
                 kw.update(ssl_ca_certs=tls.client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED)
+        from forecaster.logs import uvicorn_log_config
+
+        log_config = uvicorn_log_config()  # --log-format json: uvicorn's own lines as JSON too
+        if log_config is not None:
+            kw["log_config"] = log_config
         self.config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off", **kw)
         self.server = uvicorn.Server(self.config)
         self.thread = threading.Thread(target=self.server.run, name="warmpool-http", daemon=True)
