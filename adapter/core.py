@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any, Callable
 from urllib.parse import parse_qsl, unquote_plus
 
+from adapter.declared import DeclaredMetrics
 from adapter.fallback import ObservedDirect
 from adapter.metrics import NoData, ServedValue, served_cores, served_load_ratio
 from adapter.quantity import format_quantity
@@ -20,6 +21,7 @@ from adapter.selectors import SelectorError, parse_selector
 from adapter.settings import METRIC_CORES, METRICS, AdapterSettings
 from adapter.state import NAME_KEYS, ForecastCache
 from adapter.telemetry import AdapterMetrics, ForecastAgeCollector
+from forecaster.predicted import served_names
 from forecaster.store import Forecast, ForecastStore, StoreError, StoreUnavailable
 
 
@@ -69,23 +71,29 @@ class AdapterCore:
                 "preferredVersion": {"groupVersion": GROUP_VERSION, "version": VERSION},
             }
         )
-        self.resource_list = dumps(
-            {
-                "kind": "APIResourceList",
-                "apiVersion": "v1",
-                "groupVersion": GROUP_VERSION,
-                "resources": [
-                    {
-                        "name": m,
-                        "singularName": "",
-                        "namespaced": True,
-                        "kind": "ExternalMetricValueList",
-                        "verbs": ["get"],
-                    }
-                    for m in METRICS
-                ],
-            }
-        )
+        self.declared = DeclaredMetrics(self)
+        self._discovery: tuple[tuple[str, ...], bytes] | None = None
+
+    @property
+    def resource_list(self) -> bytes:
+        """Discovery: the CPU metrics, then every declared metric's two names (rebuilt only
+        when the set of declared metrics changes)."""
+        try:
+            self.cache.ensure_index()  # the store's metric series name the metrics declared since start
+        except StoreError:
+            pass
+        names = (*METRICS, *self.declared.external_names())
+        if self._discovery is None or self._discovery[0] != names:
+            body = dumps({
+                "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": GROUP_VERSION,
+                "resources": [{"name": m, "singularName": "", "namespaced": True,
+                               "kind": "ExternalMetricValueList", "verbs": ["get"]} for m in names],
+            })
+            self._discovery = (names, body)
+        return self._discovery[1]
+
+    def served_names(self) -> tuple[str, ...]:
+        return (*METRICS, *self.declared.external_names())
 
     # --- the served value of one workload -------------------------------------------
     def capacity(self, series_id: str, fc: Forecast | None) -> tuple[Any, Any]:
@@ -119,6 +127,9 @@ class AdapterCore:
         """The served value, or -- when the store is down or the forecast path has nothing to
         serve -- the observed demand read directly from its source (``observed-direct``).
         Raises NoData when neither has a value."""
+        declared = self.declared.parse(metric) if metric not in METRICS else None
+        if declared is not None:  # predicted_<name>[_ratio]: the metric's own series
+            return self.declared.served(*declared, series_id, fc, store_down, now, pending)
         if not store_down:
             try:
                 return self.served(metric, series_id, fc, now)
@@ -162,7 +173,7 @@ class AdapterCore:
             parts = path[len(PREFIX) + 1 :].split("/")
             if len(parts) == 3 and parts[0] == "namespaces":
                 return self.values(parts[1], parts[2], query, pending, final)
-            if len(parts) == 1 and parts[0] in METRICS:
+            if len(parts) == 1 and (parts[0] in METRICS or self.declared.parse(parts[0])):
                 return 404, status_body(
                     404, f"external metric {parts[0]} is namespaced: use {PREFIX}/namespaces/<namespace>/{parts[0]}"
                 )
@@ -181,9 +192,11 @@ class AdapterCore:
         self, ns: str, metric: str, selector_text: str, now: float,
         pending: list[Future] | None = None, final: bool = True,
     ) -> tuple[int, bytes]:
-        if metric not in METRICS:
+        declared = self.declared.parse(metric) if metric not in METRICS else None
+        if metric not in METRICS and declared is None:
             return 404, status_body(
-                404, f"the server could not find the metric {metric} for namespace {ns}; served metrics: {', '.join(METRICS)}"
+                404, f"the server could not find the metric {metric} for namespace {ns}; served metrics: "
+                f"{', '.join(self.served_names())}"
             )
         if not DNS_LABEL.match(ns):
             return 404, status_body(404, f"namespace {ns!r} is not a valid namespace name")
@@ -197,6 +210,8 @@ class AdapterCore:
                 self._selectors.clear()
             self._selectors[selector_text] = selector
         matched = self.match(ns, selector)
+        if declared is not None:  # only the workloads that declare it
+            matched = [m for m in matched if declared[0] in self.declared.of(m[0])]
         if not matched:
             return 404, status_body(
                 404, f"the server could not find the metric {metric} for namespace {ns} with selector "
@@ -301,7 +316,7 @@ class AdapterCore:
             "serving_policy": dict(fc.policy) if fc and fc.policy else None,
             "served": {},
         }
-        for metric in METRICS:
+        for metric in (*METRICS, *(e for n in self.declared.of(sid) for e in served_names(n))):
             try:
                 sv = self.served_or_direct(metric, sid, fc, store_down, now, pending)
                 row["served"][metric] = {
@@ -309,8 +324,9 @@ class AdapterCore:
                     "quantity": format_quantity(sv.value),
                     "source": sv.source,
                     "reason": sv.reason,
-                    "predicted_cores": sv.predicted,
-                    "observed_cores": sv.observed,
+                    # CPU in cores; a declared metric in its own unit
+                    ("predicted_cores" if metric in METRICS else "predicted"): sv.predicted,
+                    ("observed_cores" if metric in METRICS else "observed"): sv.observed,
                     "headroom": sv.headroom,
                 }
             except NoData as exc:

@@ -20,6 +20,7 @@ def build_settings(opts: dict[str, Any]):
 
     labels: dict[str, dict[str, str]] = {}
     capacity: dict[str, dict[str, float]] = {}
+    metrics: dict[str, dict[str, float]] = {}
     store_url = opts.get("store")
     if opts.get("config"):
         from forecaster.config import load_config
@@ -34,6 +35,8 @@ def build_settings(opts: dict[str, Any]):
                 cap["ready_pods"] = w.capacity.ready_pods
             if cap:
                 capacity[w.series_id] = cap
+            if w.metrics:
+                metrics[w.series_id] = {m.name: m.capacity_per_replica for m in w.metrics}
         store_url = store_url or cfg.store.url
     try:
         metric = MetricSettings(
@@ -57,6 +60,7 @@ def build_settings(opts: dict[str, Any]):
         ),
         workload_labels=labels,
         workload_capacity=capacity,
+        workload_metrics=metrics,
     )
     return settings, store_url or DEFAULT_STORE
 
@@ -81,7 +85,7 @@ def build_demand(opts: dict[str, Any]):
         cfg.source.url, bearer_token_file=cfg.source.bearer_token_file, ca_file=cfg.source.ca_file,
         thanos=cfg.source.thanos, timeout_seconds=od.timeout_seconds, retries=0,
     )
-    return PrometheusDemandReader(src, cfg.workloads), od
+    return PrometheusDemandReader(src, cfg.series()), od  # the declared metrics' own queries too
 
 
 def build_auth(opts: dict[str, Any]):

@@ -9,7 +9,7 @@ from adapter.metrics import MetricSettings
 
 METRIC_LOAD_RATIO = "predicted_cpu_load_ratio"
 METRIC_CORES = "predicted_cpu_cores"
-METRICS = (METRIC_LOAD_RATIO, METRIC_CORES)
+METRICS = (METRIC_LOAD_RATIO, METRIC_CORES)  # always served; declared metrics add to them (adapter.declared)
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,9 @@ class AdapterSettings:
     workload_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     # capacity fall-backs by series id when a forecast's meta lacks them
     workload_capacity: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    # declared metrics by series id: {metric: capacity_per_replica} (adapter.declared); the
+    # store's metric series add the ones declared after this process started
+    workload_metrics: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     dashboard_title: str = "foresight"
     # adapter.scheduler.SchedulerSettings when that part is installed (None: its defaults)
     scheduler: Any = None

@@ -20,6 +20,7 @@ import time
 from typing import Callable, Mapping
 
 from adapter.settings import CacheSettings
+from forecaster.predicted import metric_of_series
 from forecaster.store import Forecast, ForecastStore, StoreError, StoreUnavailable
 
 log = logging.getLogger("foresight.adapter.state")
@@ -81,6 +82,9 @@ class ForecastCache:
         self.configured = {k: dict(v) for k, v in (configured_labels or {}).items()}
         self._entries: dict[str, tuple[Forecast | None, float]] = {}
         self._labels: dict[str, dict[str, dict[str, str]]] = {}  # ns -> name -> labels
+        # workload series id -> its declared metrics seen in the store (forecaster.predicted):
+        # their series ``<ns>/<name>/<metric>`` are cached but never indexed as workloads
+        self._metrics: dict[str, set[str]] = {}
         self._index_at: float | None = None
         self._listed_at: float | None = None
         self._indexed_count: int | None = None
@@ -210,6 +214,11 @@ class ForecastCache:
     def _store_entry(self, sid: str, fc: Forecast | None, now: float) -> None:
         self._entries[sid] = (fc, now)
         if fc is not None:
+            declared = metric_of_series(sid)
+            if declared is not None:
+                with self._idx_lock:
+                    self._metrics.setdefault(declared[0], set()).add(declared[1])
+                return
             self._put_labels(sid, labels_of(sid, fc, self.configured.get(sid)))
 
     # --- reads --------------------------------------------------------------------------
@@ -254,6 +263,12 @@ class ForecastCache:
                         self._entries.pop(f"{ns}/{name}", None)
                 if not self._labels[ns]:
                     del self._labels[ns]
+            for wsid in list(self._metrics):
+                for m in [m for m in self._metrics[wsid] if f"{wsid}/{m}" not in alive]:
+                    self._metrics[wsid].discard(m)
+                    self._entries.pop(f"{wsid}/{m}", None)
+                if not self._metrics[wsid]:
+                    del self._metrics[wsid]
         self._index_at = self.clock()
         # Cached forecasts are long-lived and acyclic: keep them out of the cyclic GC's full
         # collections (which otherwise pause every request for 100s of ms at 100k workloads).
@@ -310,6 +325,16 @@ class ForecastCache:
     def all_series(self) -> list[str]:
         with self._idx_lock:
             return sorted(f"{ns}/{name}" for ns, names in self._labels.items() for name in names)
+
+    def metric_names(self) -> set[str]:
+        """Names of the declared metrics published in the store."""
+        with self._idx_lock:
+            return {m for ms in self._metrics.values() for m in ms}
+
+    def metrics_of(self, series_id: str) -> set[str]:
+        """The declared metrics of one workload published in the store."""
+        with self._idx_lock:
+            return set(self._metrics.get(series_id, ()))
 
     def forecasts(self) -> list[Forecast]:
         """Every cached forecast (for readiness and listings)."""

@@ -41,6 +41,11 @@ workloads:
       cpu_request_query: ...           # from kube-state-metrics
       ready_pods_query: ...            # optional; default from kube-state-metrics
       ready_pods: 3                    # static alternative
+    metrics:                           # optional: demands besides CPU (forecaster.predicted)
+      - name: rps                      # served as predicted_rps and predicted_rps_ratio
+        query: sum(rate(http_requests_total{namespace="shop",service="checkout"}[2m]))
+        capacity_per_replica: 40       # what one ready replica absorbs at 100 %, in the query's unit
+    serving: {violation_cost_pods: 200}  # optional: this workload's overrides of serving:
 ```
 """
 
@@ -52,21 +57,19 @@ from typing import Any, Mapping
 
 import yaml
 
+from forecaster.configcheck import _Checker, _positive
 from forecaster.errors import ConfigError
 from forecaster.serving import ServingSettings
+from forecaster.workloads import (  # noqa: F401 - re-exported: the config's public names
+    DEFAULT_CPU_REQUEST_QUERY, DEFAULT_DEMAND_QUERY, DEFAULT_READY_PODS_QUERY, WORKLOAD_KINDS, CapacityConfig,
+    MetricSeries, WorkloadConfig, parse_serving, parse_workloads,
+)
 
-DEFAULT_DEMAND_QUERY = (
-    'sum(rate(container_cpu_usage_seconds_total{{namespace="{namespace}",'
-    'pod=~"{name}-.*",container!=""}}[5m]))'
-)
-DEFAULT_READY_PODS_QUERY = (
-    'sum(kube_pod_status_ready{{namespace="{namespace}",pod=~"{name}-.*",condition="true"}})'
-)
-DEFAULT_CPU_REQUEST_QUERY = (
-    'avg(kube_pod_container_resource_requests{{namespace="{namespace}",pod=~"{name}-.*",'
-    'resource="cpu"}})'
-)
-WORKLOAD_KINDS = ("Deployment", "StatefulSet", "ReplicaSet", "Function", "Node")
+__all__ = [
+    "Config", "SourceConfig", "StoreConfig", "TrainingConfig", "WorkloadConfig", "CapacityConfig", "MetricSeries",
+    "DEFAULT_CPU_REQUEST_QUERY", "DEFAULT_DEMAND_QUERY", "DEFAULT_READY_PODS_QUERY", "WORKLOAD_KINDS",
+    "parse_config", "load_config", "read_yaml",
+]
 
 
 @dataclass(frozen=True)
@@ -98,53 +101,6 @@ class TrainingConfig:
 
 
 @dataclass(frozen=True)
-class CapacityConfig:
-    cpu_request_cores: float | None = None
-    cpu_request_query: str | None = None
-    ready_pods: int | None = None
-    ready_pods_query: str | None = None
-
-
-@dataclass(frozen=True)
-class WorkloadConfig:
-    namespace: str
-    name: str
-    kind: str = "Deployment"
-    labels: Mapping[str, str] = field(default_factory=dict)
-    demand_query: str = ""
-    capacity: CapacityConfig = field(default_factory=CapacityConfig)
-
-    @property
-    def series_id(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    def all_labels(self) -> dict[str, str]:
-        """Labels a selector can match: workload=<name>, deployment=<name> for Deployments,
-        plus the configured ones."""
-        out = {"workload": self.name}
-        if self.kind == "Deployment":
-            out["deployment"] = self.name
-        elif self.kind == "StatefulSet":
-            out["statefulset"] = self.name
-        out.update(self.labels)
-        return out
-
-    def ready_pods_query(self) -> str | None:
-        if self.capacity.ready_pods is not None:
-            return None
-        return self.capacity.ready_pods_query or DEFAULT_READY_PODS_QUERY.format(
-            namespace=self.namespace, name=self.name
-        )
-
-    def cpu_request_query(self) -> str | None:
-        if self.capacity.cpu_request_cores is not None:
-            return None
-        return self.capacity.cpu_request_query or DEFAULT_CPU_REQUEST_QUERY.format(
-            namespace=self.namespace, name=self.name
-        )
-
-
-@dataclass(frozen=True)
 class Config:
     source: SourceConfig
     store: StoreConfig
@@ -158,67 +114,14 @@ class Config:
                 return w
         return None
 
+    def series(self) -> tuple[WorkloadConfig | MetricSeries, ...]:
+        """Every forecast series the trainer pulls and fits: each workload's CPU series, then
+        its declared metrics (``<ns>/<name>/<metric>``)."""
+        return tuple(s for w in self.workloads for s in (w, *w.metric_series()))
 
-# --- strict validation -------------------------------------------------------------------
-
-
-class _Checker:
-    """Collects every problem with its path instead of stopping at the first."""
-
-    def __init__(self) -> None:
-        self.problems: list[str] = []
-
-    def add(self, path: str, msg: str) -> None:
-        self.problems.append(f"{path}: {msg}")
-
-    def mapping(self, value: Any, path: str, allowed: Mapping[str, str]) -> dict:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            self.add(path, f"must be a mapping, got {type(value).__name__}")
-            return {}
-        for k in value:
-            if k not in allowed:
-                self.add(
-                    f"{path}.{k}" if path else str(k),
-                    f"unknown key; allowed keys: {', '.join(sorted(allowed))}",
-                )
-        return value
-
-    def typed(self, d: dict, key: str, path: str, kinds: tuple, default: Any, *, required=False, check=None, hint=""):
-        p = f"{path}.{key}" if path else key
-        if key not in d or d[key] is None:
-            if required:
-                self.add(p, f"is required{hint}")
-            return default
-        v = d[key]
-        ok = isinstance(v, kinds) and not (isinstance(v, bool) and bool not in kinds)
-        if not ok:
-            names = "/".join(k.__name__ for k in kinds)
-            self.add(p, f"must be {names}, got {type(v).__name__} {v!r}")
-            return default
-        if check is not None:
-            msg = check(v)
-            if msg:
-                self.add(p, f"{v!r} {msg}")
-                return default
-        return v
-
-
-def _positive(v) -> str | None:
-    return None if v > 0 else "must be > 0"
-
-
-def _non_negative(v) -> str | None:
-    return None if v >= 0 else "must be >= 0"
-
-
-def _dns_label(v: str) -> str | None:
-    import re
-
-    if re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", v):
-        return None
-    return "must be a lowercase DNS name (a-z, 0-9, '-', '.')"
+    def serving_by_series(self) -> dict[str, ServingSettings]:
+        """The serving settings of every series whose workload overrides ``serving:``."""
+        return {s.series_id: s.serving for s in self.series() if s.serving is not None}
 
 
 def _engine(c: _Checker, tr: dict) -> tuple[str, str | None]:
@@ -313,95 +216,11 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
         ray_address=ray_address,
     )
 
-    serving_cfg = _serving(c, top.get("serving"), training_cfg.quantiles)
-
-    wl_raw = top.get("workloads")
-    workloads: list[WorkloadConfig] = []
-    if wl_raw is None:
-        c.add("workloads", "is required: a list of workloads (namespace, name)")
-    elif not isinstance(wl_raw, list):
-        c.add("workloads", f"must be a list, got {type(wl_raw).__name__}")
-    else:
-        seen: set[str] = set()
-        for i, w in enumerate(wl_raw):
-            p = f"workloads[{i}]"
-            wd = c.mapping(w, p, {k: "" for k in ("namespace", "name", "kind", "labels", "demand_query", "capacity")})
-            if w is not None and not isinstance(w, dict):
-                continue
-            ns = c.typed(wd, "namespace", p, (str,), "", required=True, check=_dns_label)
-            name = c.typed(wd, "name", p, (str,), "", required=True, check=_dns_label)
-            kind = c.typed(wd, "kind", p, (str,), "Deployment")
-            if kind not in WORKLOAD_KINDS:
-                c.add(f"{p}.kind", f"{kind!r} must be one of {', '.join(WORKLOAD_KINDS)}")
-            labels = wd.get("labels") or {}
-            if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
-                c.add(f"{p}.labels", f"must map label names to string values, got {labels!r}")
-                labels = {}
-            dq = c.typed(wd, "demand_query", p, (str,), "")
-            cap = c.mapping(
-                wd.get("capacity"),
-                f"{p}.capacity",
-                {k: "" for k in ("cpu_request_cores", "cpu_request_query", "ready_pods", "ready_pods_query")},
-            )
-            cp = f"{p}.capacity"
-            capacity = CapacityConfig(
-                cpu_request_cores=(
-                    float(v) if (v := c.typed(cap, "cpu_request_cores", cp, (int, float), None, check=_positive)) is not None else None
-                ),
-                cpu_request_query=c.typed(cap, "cpu_request_query", cp, (str,), None),
-                ready_pods=c.typed(cap, "ready_pods", cp, (int,), None, check=_non_negative),
-                ready_pods_query=c.typed(cap, "ready_pods_query", cp, (str,), None),
-            )
-            if capacity.cpu_request_cores is not None and capacity.cpu_request_query:
-                c.add(cp, "give cpu_request_cores or cpu_request_query, not both")
-            if capacity.ready_pods is not None and capacity.ready_pods_query:
-                c.add(cp, "give ready_pods or ready_pods_query, not both")
-            sid = f"{ns}/{name}"
-            if ns and name:
-                if sid in seen:
-                    c.add(p, f"workload {sid} is listed twice")
-                seen.add(sid)
-            workloads.append(
-                WorkloadConfig(
-                    namespace=ns,
-                    name=name,
-                    kind=kind,
-                    labels=dict(labels),
-                    demand_query=dq or DEFAULT_DEMAND_QUERY.format(namespace=ns, name=name),
-                    capacity=capacity,
-                )
-            )
+    serving_cfg = parse_serving(c, top.get("serving"), training_cfg.quantiles)
+    workloads = parse_workloads(c, top.get("workloads"), serving_cfg, training_cfg.quantiles)
     if c.problems:
         raise ConfigError(source, c.problems)
     return Config(source=source_cfg, store=store_cfg, training=training_cfg, workloads=tuple(workloads), serving=serving_cfg)
-
-
-def _serving(c: _Checker, raw: Any, quantiles: tuple[float, ...]) -> ServingSettings:
-    """The ``serving:`` section; types checked here, ranges by ServingSettings.problems."""
-    from dataclasses import fields
-
-    keys = {f.name: f for f in fields(ServingSettings)}
-    d = c.mapping(raw, "serving", {k: "" for k in keys})
-    kw: dict[str, Any] = {}
-    for k in ("violation_cost_pods", "target_value", "slo_utilization", "history_days"):
-        if k in d:
-            kw[k] = c.typed(d, k, "serving", (int, float), getattr(ServingSettings, k))
-    if "allow_below_observed" in d:
-        kw["allow_below_observed"] = c.typed(d, "allow_below_observed", "serving", (bool,), False)
-    for k, kind in (("quantiles", str), ("sources", str), ("headrooms", (int, float))):
-        if k in d:
-            v = d[k]
-            if not isinstance(v, list) or not all(isinstance(x, kind) and not isinstance(x, bool) for x in v):
-                c.add(f"serving.{k}", f"must be a list of {'strings' if kind is str else 'numbers'}, got {v!r}")
-            else:
-                kw[k] = tuple(v)
-    settings = ServingSettings(**kw)
-    from forecaster.store import quantile_key
-
-    for p in settings.problems("serving", published=[quantile_key(q) for q in quantiles]):
-        path, _, msg = p.partition(": ")
-        c.add(path, msg)
-    return settings
 
 
 def read_yaml(path: str | Path) -> Any:

@@ -27,6 +27,7 @@ import numpy as np
 from forecaster.fitqueue import InlineFits, ThreadFits, fit_priority  # noqa: F401 - part of this module's API
 from forecaster.history import HistoryCache, frame_arrays
 from forecaster.models import ModelError
+from forecaster.predicted import capacity_per_pod
 from forecaster.store import ForecastStore
 from forecaster.training import Trainer, fit_item, step_workload
 
@@ -47,6 +48,7 @@ def trainer_from_config(config, store: ForecastStore | None, clock: Callable[[],
         clock=clock,
         retrain_interval_seconds=t.retrain_interval_seconds,
         serving=config.serving,
+        serving_by_series=config.serving_by_series(),
     )
 
 
@@ -57,6 +59,7 @@ def workload_meta(workload, capacity: Mapping[str, Any]) -> dict[str, Any]:
         "workload": workload.name,
         "kind": workload.kind,
         "labels": workload.all_labels(),
+        **workload.series_meta(),  # a declared metric's name and capacity_per_replica
     }
     meta.update(capacity)
     return meta
@@ -85,7 +88,8 @@ def _capacity(workload, source) -> tuple[dict[str, Any], list[str]]:
         meta["ready_pods"] = int(round(sum(vals)))
     if cap.cpu_request_cores is not None:
         meta["cpu_request_cores"] = float(cap.cpu_request_cores)
-    elif (vals := _instant(source, workload.cpu_request_query(), "cpu_request", problems)) is not None:
+    elif workload.cpu_request_query() is not None and (  # None: a declared metric carries its capacity
+            vals := _instant(source, workload.cpu_request_query(), "cpu_request", problems)) is not None:
         meta["cpu_request_cores"] = float(np.mean(vals))
     return meta, problems
 
@@ -122,7 +126,7 @@ def train_once(config, source, store: ForecastStore | None, now: float | None = 
     trainer = trainer or trainer_from_config(config, store)
     histories: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     results: dict[str, dict[str, Any]] = {}
-    for w in config.workloads:
+    for w in config.series():
         sid = w.series_id
         try:
             if history is None:
@@ -133,21 +137,21 @@ def train_once(config, source, store: ForecastStore | None, now: float | None = 
         except Exception as exc:  # noqa: BLE001 - one workload's failure is its own
             results[sid] = {"series_id": sid, "published": False, "error": str(exc)}
             log.warning("%s: %s", sid, exc)
-    caps = {w.series_id: _capacity(w, source) for w in config.workloads if w.series_id in histories}
+    caps = {w.series_id: _capacity(w, source) for w in config.series() if w.series_id in histories}
     due = {sid for sid in histories if trainer.due(sid, now)}
     global_fit = bool(due) and trainer.has_global()
     if global_fit:  # the global models train once across the fleet before the per-series fits
         if engine is None:
             trainer.fit_fleet({sid: histories[sid] for sid in due}, now=now,
-                              capacities={sid: caps[sid][0].get("cpu_request_cores") for sid in due})
+                              capacities={sid: capacity_per_pod(caps[sid][0]) for sid in due})
         else:
             trainer.fit_global({sid: histories[sid] for sid in due}, now=now)
     fitted = global_fit
     if engine is not None and due:  # fitted there: the publish loop below only refreshes
-        _fit_on_engine(engine, trainer, [(sid, *histories[sid], now, caps[sid][0].get("cpu_request_cores"))
+        _fit_on_engine(engine, trainer, [(sid, *histories[sid], now, capacity_per_pod(caps[sid][0]))
                                          for sid in histories if sid in due], results)
         fitted = True
-    for w in config.workloads:
+    for w in config.series():
         sid = w.series_id
         if sid in histories and sid not in results:  # not a failed fit
             ts, vals = histories[sid]
@@ -240,7 +244,7 @@ class TrainScheduler:
         finally:
             self.fits.release()
         refreshed_in = self.clock() - t0
-        queued = self.queue_due(now, [w for w in self.config.workloads if w.series_id in self._caps])
+        queued = self.queue_due(now, [w for w in self.config.series() if w.series_id in self._caps])
         self.fits.after_step()
         done, self._done_reported = self.fits.done - self._done_reported, self.fits.done
         return {"trainer": self.trainer, "results": results, "now": now, "refresh_seconds": refreshed_in,
@@ -250,7 +254,7 @@ class TrainScheduler:
 
     def _refresh_all(self, now: float) -> dict[str, dict[str, Any]]:
         results: dict[str, dict[str, Any]] = {}
-        pulls = _prefetch(lambda w: self._pull(w, now), self.config.workloads, self.pull_threads,
+        pulls = _prefetch(lambda w: self._pull(w, now), self.config.series(), self.pull_threads,
                           ahead=8 * max(1, self.pull_threads))
         for w, got in pulls:
             sid = w.series_id
@@ -282,7 +286,7 @@ class TrainScheduler:
             now = self.clock()
             ts, vals = _checked(w.series_id, w.demand_query,
                                 self.history.pull(w.series_id, w.demand_query, now, full=True))
-            return w.series_id, ts, vals, now, self._caps.get(w.series_id, {}).get("cpu_request_cores")
+            return w.series_id, ts, vals, now, capacity_per_pod(self._caps.get(w.series_id, {}))
 
         def job() -> None:
             sid, ts, vals, now, cap = prepare()

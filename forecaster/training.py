@@ -33,6 +33,7 @@ import numpy as np
 from forecaster.drift import DriftSettings, LiveSkill
 from forecaster.models import Model, ModelError, get_model
 from forecaster.models.base import clean_history, season_length
+from forecaster.predicted import capacity_per_pod
 from forecaster.selection import DEFAULT_CANDIDATES, SelectionSettings, select_and_fit
 from forecaster.serving import ServingPolicy, ServingSettings, policy_from_model
 from forecaster.store import Forecast, ForecastStore, make_forecast
@@ -105,6 +106,7 @@ class Trainer:
         prototypes: Mapping[str, Model] | None = None,
         serving: ServingSettings | None = None,
         live_skill: DriftSettings | None = None,
+        serving_by_series: Mapping[str, ServingSettings] | None = None,
     ) -> None:
         if horizon < 1:
             raise ModelError(f"horizon must be >= 1 (got {horizon})")
@@ -121,6 +123,8 @@ class Trainer:
         self.observed_points = int(observed_points)
         self.prototypes: dict[str, Model] = dict(prototypes or {})
         self.serving = serving or ServingSettings()
+        # a workload's own serving settings (its ``serving:`` or its autoscaler's spec.serving)
+        self.serving_by_series: dict[str, ServingSettings] = dict(serving_by_series or {})
         self.live_skill = live_skill or DriftSettings()
         self._states: dict[str, SeriesState] = {}
         self.global_fitted_at: float | None = None
@@ -146,6 +150,10 @@ class Trainer:
                     log.warning("global model %s failed to train: %s", g, exc)
                     self.prototypes.pop(g, None)
         self.global_fitted_at = self.clock() if now is None else now
+
+    def serving_for(self, series_id: str) -> ServingSettings:
+        """The settings the serving policy of ``series_id`` is chosen with."""
+        return self.serving_by_series.get(series_id, self.serving)
 
     def has_global(self) -> bool:
         return any(g in self.candidates for g in GLOBAL_MODELS)
@@ -193,7 +201,7 @@ class Trainer:
             )
         st.skill = LiveSkill(self.live_skill, st.model_name)
         tail = (sel.tail_origins, sel.tail_means) if sel is not None else None
-        st.policy = policy_from_model(st.model, vals, capacity_per_pod, self.serving, season_length(ts), chosen_at=now, tail=tail)
+        st.policy = policy_from_model(st.model, vals, capacity_per_pod, self.serving_for(series_id), season_length(ts), chosen_at=now, tail=tail)
         self._states[series_id] = st
         log.debug("fit %s -> %s (%s); policy %s", series_id, st.model_name, st.reason, st.policy.reason)
         return st
@@ -360,7 +368,7 @@ def step_workload(trainer: Trainer, series_id: str, ts: np.ndarray, vals: np.nda
     """One workload's step of ``foresight train``: retrain when due (choosing the serving
     policy with it), then refresh and publish. ``foresight replay`` calls exactly this."""
     if fit if fit is not None else trainer.due(series_id, now):
-        trainer.fit(series_id, ts, vals, now=now, capacity_per_pod=meta.get("cpu_request_cores"))
+        trainer.fit(series_id, ts, vals, now=now, capacity_per_pod=capacity_per_pod(meta))
     return trainer.refresh(series_id, ts, vals, now=now, meta=meta)
 
 

@@ -1,0 +1,122 @@
+"""Declared metrics besides CPU (``forecaster.predicted``): ``predicted_<name>`` (the demand)
+and ``predicted_<name>_ratio`` (demand / (ready pods x capacity per replica)).
+
+The values come from the same rule as the CPU metrics: ``served_cores`` for the demand and
+``served_load_ratio`` with the declared capacity in place of the CPU request, so the policy's
+headroom, the observed floor, staleness and fallbacks apply unchanged; only the unit in the
+reason differs. ``DeclaredMetrics`` is the adapter's part: which metrics exist (the configured
+ones plus every metric series the store publishes), and serving one for a workload, with the
+metric's own observed demand read directly from its source while the store is out of reach.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from adapter.metrics import MetricSettings, NoData, ServedValue, served_cores, served_load_ratio
+from forecaster.predicted import metric_series_id, served_metric, served_names
+from forecaster.store import Forecast, StoreUnavailable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from adapter.core import AdapterCore
+
+__all__ = ["DeclaredMetrics", "served_demand", "served_demand_ratio"]
+
+
+def _in_unit(sv: ServedValue, metric: str) -> ServedValue:
+    # served_cores words its reason in cores; the arithmetic is unit-free
+    return replace(sv, reason=sv.reason.replace(" cores", f" {metric}"))
+
+
+def served_demand(metric: str, fc: Forecast | None, now: float, settings: MetricSettings,
+                  observed: float | None = None) -> ServedValue:
+    """``predicted_<metric>``: the served demand in the metric's own unit."""
+    return _in_unit(served_cores(fc, now, settings, observed), metric)
+
+
+def served_demand_ratio(metric: str, fc: Forecast | None, now: float, ready_pods: Any, capacity_per_replica: Any,
+                        settings: MetricSettings, observed: float | None = None) -> ServedValue:
+    """``predicted_<metric>_ratio``: demand / (ready pods x capacity per replica), computed
+    exactly as ``predicted_cpu_load_ratio`` is from cores and the CPU request."""
+    try:
+        ok = float(capacity_per_replica) > 0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise NoData(f"capacity_per_replica of {metric} is {capacity_per_replica!r}; a ratio needs a capacity > 0 "
+                     "(set metrics[].capacity_per_replica in the workload config)")
+    return _in_unit(served_load_ratio(fc, now, ready_pods, capacity_per_replica, settings, observed), metric)
+
+
+class DeclaredMetrics:
+    """The declared metrics an ``AdapterCore`` serves."""
+
+    def __init__(self, core: "AdapterCore") -> None:
+        self.core = core
+        # series id -> {metric: capacity_per_replica} from --config (the store adds the rest)
+        self.configured = {sid: dict(m) for sid, m in core.settings.workload_metrics.items()}
+
+    def names(self) -> list[str]:
+        """Every declared metric name: configured, or published by the trainer."""
+        out = {n for m in self.configured.values() for n in m}
+        return sorted(out | self.core.cache.metric_names())
+
+    def external_names(self) -> list[str]:
+        return [e for n in self.names() for e in served_names(n)]
+
+    def parse(self, external: str) -> tuple[str, bool] | None:
+        """(metric, is_ratio) of a served name, or None when no such metric is declared."""
+        if not external.startswith("predicted_"):
+            return None
+        return served_metric(external, set(self.names()))
+
+    def of(self, sid: str) -> list[str]:
+        """The metrics workload ``sid`` declares."""
+        return sorted(set(self.configured.get(sid, {})) | self.core.cache.metrics_of(sid))
+
+    def served(self, metric: str, ratio: bool, sid: str, cpu_fc: Forecast | None, store_down: bool, now: float,
+               pending: list[Future] | None = None) -> ServedValue:
+        """The value of one declared metric of one workload, or -- with the store down or
+        nothing to serve from the forecast -- its observed demand read directly. Raises NoData."""
+        ms = self.core.settings.metric
+        msid = metric_series_id(sid, metric)
+        conf_cap = self.configured.get(sid, {}).get(metric)
+        fc = None
+        if not store_down:
+            try:
+                fc = self.core.cache.get(msid)
+            except StoreUnavailable:
+                store_down = True
+        if not store_down:
+            meta = fc.meta if fc is not None else {}
+            cpu_meta = cpu_fc.meta if cpu_fc is not None else {}
+            pods = meta.get("ready_pods", cpu_meta.get("ready_pods", self.core.settings.workload_capacity.get(sid, {})
+                                                       .get("ready_pods")))
+            cap = meta.get("capacity_per_replica", conf_cap)
+            try:
+                if not ratio:
+                    return served_demand(metric, fc, now, ms)
+                if pods is None:
+                    raise NoData(f"ready pod count of {sid} is unknown (meta.ready_pods)")
+                return served_demand_ratio(metric, fc, now, pods, cap, ms)
+            except NoData as exc:
+                why = str(exc)
+        else:
+            why = "the forecast store is unreachable"
+        obs = self.core.observed.get(msid, pending) if self.core.observed is not None else None
+        if obs is None:
+            hint = "" if self.core.observed is not None else " (no demand source configured: pass --config)"
+            raise NoData(f"{why}; the observed {metric} could not be read directly either{hint}")
+        if ratio:
+            pods = obs.ready_pods if obs.ready_pods is not None else self.core.settings.workload_capacity.get(
+                sid, {}).get("ready_pods")
+            if pods is None:
+                raise NoData(f"{why}; the ready pod count of {sid} is unknown (ready_pods query)")
+            sv = served_demand_ratio(metric, None, now, pods, conf_cap, ms, observed=obs.cores)
+        else:
+            sv = served_demand(metric, None, now, ms, observed=obs.cores)
+        reason = sv.reason.replace("no forecast published; serving observed demand",
+                                   f"{why}; serving observed demand read directly from its source", 1)
+        return replace(sv, source="observed-direct", reason=reason)

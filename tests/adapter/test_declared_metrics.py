@@ -1,0 +1,144 @@
+"""Declared metrics besides CPU through the real adapter app: predicted_<name> and
+predicted_<name>_ratio served from the metric's own series, listed by discovery, and read
+directly from the demand source while the store has nothing."""
+
+from __future__ import annotations
+
+import time
+from urllib.parse import quote
+
+import pytest
+from fastapi.testclient import TestClient
+
+from adapter.app import create_app
+from adapter.fallback import Observation
+from adapter.quantity import parse_quantity
+from adapter.settings import AdapterSettings
+from forecaster.store import MemoryForecastStore, make_forecast
+from tests.adapter.helpers import EXT, sample_forecast
+
+NOW = 1_800_000_000.0
+
+
+def rps_forecast(ns="shop", name="checkout", p90=(100.0, 120.0, 140.0), observed=80.0, ready_pods=4, capacity=40.0):
+    return make_forecast(
+        f"{ns}/{name}/rps", origin=NOW, step_seconds=60.0, mean=[v * 0.8 for v in p90],
+        quantiles={"p50": [v * 0.8 for v in p90], "p90": list(p90)}, model="ets", generated_at=NOW,
+        backtest_error=0.2, observed=((NOW - 60, observed * 0.9), (NOW, observed)),
+        meta={"namespace": ns, "workload": name, "kind": "Deployment", "labels": {"tier": "web"},
+              "ready_pods": ready_pods, "metric": "rps", "capacity_per_replica": capacity})
+
+
+def client_for(*forecasts, settings=None, demand=None):
+    store = MemoryForecastStore()
+    for fc in forecasts:
+        store.publish(fc)
+    return TestClient(create_app(settings or AdapterSettings(), store, clock=lambda: NOW, demand=demand))
+
+
+def url(metric, selector, ns="shop"):
+    return f"{EXT}/namespaces/{ns}/{metric}?labelSelector={quote(selector)}"
+
+
+def test_the_ratio_and_the_demand_of_a_declared_metric_are_served_from_its_own_series():
+    with client_for(sample_forecast(now=NOW), rps_forecast()) as c:
+        ratio = c.get(url("predicted_rps_ratio", "workload=checkout"))
+        demand = c.get(url("predicted_rps", "deployment=checkout")).json()["items"][0]
+        cpu = c.get(url("predicted_cpu_load_ratio", "workload=checkout")).json()["items"][0]
+    assert ratio.status_code == 200
+    (item,) = ratio.json()["items"]
+    assert item["metricName"] == "predicted_rps_ratio"
+    assert item["metricLabels"] == {"deployment": "checkout", "tier": "web", "workload": "checkout"}
+    # window [NOW, NOW+75]: p90 100 at +60, 105 at +75 -> 105 rps / (4 ready x 40 rps) = 0.65625
+    assert parse_quantity(item["value"]) == pytest.approx(105 / 160, abs=1e-3)
+    assert parse_quantity(demand["value"]) == pytest.approx(105.0, abs=1e-3)
+    # the CPU series is untouched: 3.25 cores / (4 x 0.5)
+    assert parse_quantity(cpu["value"]) == pytest.approx(1.625, abs=1e-3)
+
+
+def test_discovery_lists_the_cpu_metrics_then_the_declared_ones_from_config_and_store():
+    settings = AdapterSettings(workload_metrics={"shop/cart": {"queue_depth": 10.0}})
+    with client_for(sample_forecast(now=NOW), rps_forecast(), settings=settings) as c:
+        names = [r["name"] for r in c.get(EXT).json()["resources"]]
+        hint = c.get(f"{EXT}/predicted_rps_ratio")
+    assert names == ["predicted_cpu_load_ratio", "predicted_cpu_cores", "predicted_queue_depth",
+                     "predicted_queue_depth_ratio", "predicted_rps", "predicted_rps_ratio"]
+    assert hint.status_code == 404 and "is namespaced" in hint.json()["message"]
+
+
+def test_only_workloads_that_declare_the_metric_answer_and_an_unknown_metric_is_404():
+    cart = sample_forecast("shop", "cart", now=NOW, labels={"tier": "web"})
+    with client_for(sample_forecast(now=NOW), cart, rps_forecast()) as c:
+        items = c.get(url("predicted_rps_ratio", "tier=web")).json()["items"]
+        cpu_items = c.get(url("predicted_cpu_cores", "tier=web")).json()["items"]
+        none = c.get(url("predicted_rps", "workload=cart"))
+        unknown = c.get(url("predicted_qps", "workload=checkout"))
+        listing = c.get("/api/v1/forecasts?namespace=shop").json()
+    assert [i["metricLabels"]["workload"] for i in items] == ["checkout"]
+    assert sorted(i["metricLabels"]["workload"] for i in cpu_items) == ["cart", "checkout"]
+    assert none.status_code == 404
+    assert unknown.status_code == 404
+    assert "served metrics: predicted_cpu_load_ratio, predicted_cpu_cores, predicted_rps, predicted_rps_ratio" in \
+        unknown.json()["message"]
+    # the metric series is not a workload of its own
+    assert sorted(i["workload"] for i in listing["items"]) == ["cart", "checkout"]
+
+
+def test_rest_shows_the_declared_metrics_in_their_own_unit():
+    with client_for(sample_forecast(now=NOW), rps_forecast()) as c:
+        d = c.get("/api/v1/forecasts/shop/checkout").json()
+    rps = d["served"]["predicted_rps_ratio"]
+    assert rps["source"] == "forecast" and rps["predicted"] == pytest.approx(105.0)
+    assert "105 rps" in rps["reason"] and "x 40 rps" in rps["reason"] and "cores" not in rps["reason"]
+    assert d["served"]["predicted_rps"]["value"] == pytest.approx(105.0)
+    assert d["served"]["predicted_cpu_cores"]["predicted_cores"] == pytest.approx(3.25)
+
+
+def test_a_stale_metric_forecast_serves_its_observed_demand():
+    stale = rps_forecast()
+    stale = type(stale)(**{**stale.__dict__, "generated_at": NOW - 3600})
+    with client_for(sample_forecast(now=NOW), stale) as c:
+        item = c.get(url("predicted_rps_ratio", "workload=checkout")).json()["items"][0]
+        m = c.get("/metrics").text
+    assert parse_quantity(item["value"]) == pytest.approx(80 / 160, abs=1e-3)  # observed 80 rps
+    assert 'foresight_adapter_served_value{metric="predicted_rps_ratio",namespace="shop",source="observed"' in m
+
+
+class _Rps:
+    """A DemandReader standing in for Prometheus: the metric series' own query."""
+
+    def knows(self, sid):
+        return sid == "shop/checkout/rps"
+
+    def observe(self, sid):
+        return Observation(cores=60.0, at=time.time(), ready_pods=3)
+
+
+def test_without_a_forecast_a_configured_metric_is_read_directly_from_its_source():
+    settings = AdapterSettings(workload_metrics={"shop/checkout": {"rps": 40.0}},
+                               workload_labels={"shop/checkout": {"workload": "checkout"}})
+    with client_for(settings=settings, demand=_Rps()) as c:
+        r = c.get(url("predicted_rps_ratio", "workload=checkout"))
+        (d,) = c.get("/api/v1/forecasts?namespace=shop").json()["items"]
+    assert r.status_code == 200
+    assert parse_quantity(r.json()["items"][0]["value"]) == pytest.approx(60 / 120, abs=1e-3)
+    assert d["served"]["predicted_rps"]["source"] == "observed-direct"
+    assert d["served"]["predicted_rps"]["value"] == pytest.approx(60.0)
+
+
+def test_serve_with_a_config_knows_the_declared_metrics_and_their_queries(tmp_path):
+    from adapter.factory import build_demand, build_settings
+
+    cfg = tmp_path / "workloads.yaml"
+    cfg.write_text(
+        "source: {url: 'prometheus://127.0.0.1:1'}\n"
+        "workloads:\n"
+        "  - namespace: shop\n"
+        "    name: checkout\n"
+        "    metrics: [{name: rps, query: 'sum(rate(http_requests_total[2m]))', capacity_per_replica: 40}]\n"
+    )
+    settings, _ = build_settings({"config": str(cfg)})
+    reader, _ = build_demand({"config": str(cfg)})
+    assert settings.workload_metrics == {"shop/checkout": {"rps": 40.0}}
+    assert reader.knows("shop/checkout/rps") and reader.knows("shop/checkout")
+    assert reader.workloads["shop/checkout/rps"].demand_query == "sum(rate(http_requests_total[2m]))"
