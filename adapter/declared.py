@@ -1,10 +1,11 @@
 """Declared metrics besides CPU (``forecaster.predicted``): ``predicted_<name>`` (the demand)
 and ``predicted_<name>_ratio`` (demand / (ready pods x capacity per replica)).
 
-The values come from the same rule as the CPU metrics: ``served_cores`` for the demand and
-``served_load_ratio`` with the declared capacity in place of the CPU request, so the policy's
-headroom, the observed floor, staleness and fallbacks apply unchanged; only the unit in the
-reason differs. ``DeclaredMetrics`` is the adapter's part: which metrics exist (the configured
+The values come from the same rule as the CPU metrics (``adapter.metrics.served_demand`` and
+``served_demand_ratio``: ``served_cores``, and ``served_load_ratio`` with the declared capacity
+in place of the CPU request), so the policy's headroom, the observed floor, staleness and
+fallbacks apply unchanged; only the unit in the reason differs. ``DeclaredMetrics`` is the
+adapter's part: which metrics exist (the configured
 ones plus every metric series the store publishes), and serving one for a workload, with the
 metric's own observed demand read directly from its source while the store is out of reach.
 """
@@ -13,41 +14,16 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from adapter.metrics import MetricSettings, NoData, ServedValue, served_cores, served_load_ratio
+from adapter.metrics import NoData, ServedValue, served_demand, served_demand_ratio
 from forecaster.predicted import metric_series_id, served_metric, served_names
 from forecaster.store import Forecast, StoreUnavailable
 
 if TYPE_CHECKING:  # pragma: no cover
     from adapter.core import AdapterCore
 
-__all__ = ["DeclaredMetrics", "served_demand", "served_demand_ratio"]
-
-
-def _in_unit(sv: ServedValue, metric: str) -> ServedValue:
-    # served_cores words its reason in cores; the arithmetic is unit-free
-    return replace(sv, reason=sv.reason.replace(" cores", f" {metric}"))
-
-
-def served_demand(metric: str, fc: Forecast | None, now: float, settings: MetricSettings,
-                  observed: float | None = None) -> ServedValue:
-    """``predicted_<metric>``: the served demand in the metric's own unit."""
-    return _in_unit(served_cores(fc, now, settings, observed), metric)
-
-
-def served_demand_ratio(metric: str, fc: Forecast | None, now: float, ready_pods: Any, capacity_per_replica: Any,
-                        settings: MetricSettings, observed: float | None = None) -> ServedValue:
-    """``predicted_<metric>_ratio``: demand / (ready pods x capacity per replica), computed
-    exactly as ``predicted_cpu_load_ratio`` is from cores and the CPU request."""
-    try:
-        ok = float(capacity_per_replica) > 0
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise NoData(f"capacity_per_replica of {metric} is {capacity_per_replica!r}; a ratio needs a capacity > 0 "
-                     "(set metrics[].capacity_per_replica in the workload config)")
-    return _in_unit(served_load_ratio(fc, now, ready_pods, capacity_per_replica, settings, observed), metric)
+__all__ = ["DeclaredMetrics"]
 
 
 class DeclaredMetrics:

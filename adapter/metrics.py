@@ -270,3 +270,30 @@ def served_load_ratio(
         observed=cores.observed,
         headroom=cores.headroom,
     )
+
+
+# --- declared metrics besides CPU (forecaster.predicted; served by adapter/declared.py) -------
+# The same rule in the metric's own unit: served_cores for predicted_<name>, served_load_ratio
+# with capacity_per_replica in place of the CPU request for predicted_<name>_ratio.
+
+
+def _in_unit(sv: ServedValue, unit: str) -> ServedValue:
+    from dataclasses import replace
+
+    return replace(sv, reason=sv.reason.replace(" cores", f" {unit}"))  # the arithmetic is unit-free
+
+
+def served_demand(metric: str, fc: Forecast | None, now: float, settings: MetricSettings,
+                  observed: float | None = None) -> ServedValue:
+    """``predicted_<metric>``: the served demand of a declared metric, in its own unit."""
+    return _in_unit(served_cores(fc, now, settings, observed), metric)
+
+
+def served_demand_ratio(metric: str, fc: Forecast | None, now: float, ready_pods, capacity_per_replica,
+                        settings: MetricSettings, observed: float | None = None) -> ServedValue:
+    """``predicted_<metric>_ratio``: demand / (READY pods x capacity per replica), computed
+    exactly as ``predicted_cpu_load_ratio`` is from cores and the CPU request."""
+    if _finite_non_negative(capacity_per_replica) in (None, 0.0):
+        raise NoData(f"capacity_per_replica of {metric} is {capacity_per_replica!r}; a ratio needs a capacity > 0 "
+                     "(set metrics[].capacity_per_replica in the workload config)")
+    return _in_unit(served_load_ratio(fc, now, ready_pods, capacity_per_replica, settings, observed), metric)

@@ -12,9 +12,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from adapter.metrics import MetricSettings, NoData, served_cores, served_load_ratio
+from adapter.metrics import (MetricSettings, NoData, served_cores, served_demand, served_demand_ratio,
+                             served_load_ratio)
 from forecaster.store import Forecast
-from kubeoperator.spec import LOAD_RATIO_METRIC, AutoscalerSpec, MetricSpec, parse_autoscaler
+from kubeoperator.spec import AutoscalerSpec, MetricSpec, parse_autoscaler
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "foresight-operator"}
 
@@ -49,9 +50,9 @@ def desired_hpa(pa: AutoscalerSpec) -> dict:
     if pa.floor_enabled:
         metrics.append({"type": "Resource", "resource": {
             "name": "cpu", "target": {"type": "Utilization", "averageUtilization": pa.floor_utilization}}})
-    for m in pa.metrics:
+    for m in pa.metrics:  # the CPU load ratio, or predicted_<name>_ratio of a Demand metric
         metrics.append({"type": "External", "external": {
-            "metric": {"name": LOAD_RATIO_METRIC, "selector": {"matchLabels": {"workload": pa.workload_name(m)}}},
+            "metric": {"name": m.external_metric, "selector": {"matchLabels": {"workload": pa.target_name}}},
             "target": {"type": "Value", "value": quantity(pa.target_value)}}})
     spec: dict[str, Any] = {
         "scaleTargetRef": {"apiVersion": pa.target_api_version, "kind": pa.target_kind, "name": pa.target_name},
@@ -67,17 +68,20 @@ def desired_hpa(pa: AutoscalerSpec) -> dict:
 
 def metric_status(pa: AutoscalerSpec, m: MetricSpec, fc: Forecast | None, now: float, settings: MetricSettings) -> dict:
     """What the HPA receives for one metric now, and from what."""
-    out: dict[str, Any] = {"name": m.name, "series": pa.series_id(m), "externalMetric": LOAD_RATIO_METRIC}
+    out: dict[str, Any] = {"name": m.name, "series": pa.series_id(m), "externalMetric": m.external_metric}
     if fc is not None:
         out["model"] = fc.model or "unknown"
         if fc.backtest_error is not None and math.isfinite(fc.backtest_error):
             out["backtestError"] = round(float(fc.backtest_error), 4)
         out["forecastAgeSeconds"] = max(0, int(now - fc.generated_at))
     meta = fc.meta if fc is not None else {}
-    request = meta.get("cpu_request_cores", m.cpu_request_cores if m.type == "Resource" else m.capacity_per_replica)
     pods = meta.get("ready_pods")
     try:
-        if pods is not None and request:
+        if m.type == "Demand":  # the adapter's own rule for predicted_<name>_ratio
+            cap = meta.get("capacity_per_replica", m.capacity_per_replica)
+            sv = (served_demand_ratio(m.name, fc, now, pods, cap, settings) if pods is not None
+                  else served_demand(m.name, fc, now, settings))
+        elif pods is not None and (request := meta.get("cpu_request_cores", m.cpu_request_cores)):
             sv = served_load_ratio(fc, now, pods, request, settings)
         else:  # no ready-pod count yet: the demand is what can be shown
             sv = served_cores(fc, now, settings)
@@ -111,7 +115,7 @@ def _conditions(pa: AutoscalerSpec, per_metric: list[dict], problems: Sequence[s
     if fallback:
         degraded = ("True", "Fallback", "; ".join(f"{s['name']}: {s['servedReason']}" for s in fallback))
     elif warnings:
-        degraded = ("True", "ServingSettingsNotApplied", "; ".join(warnings))
+        degraded = ("True", "SpecNotApplied", "; ".join(warnings))
     elif ready[0] == "False":
         degraded = ("True", ready[1], ready[2])
     else:
@@ -162,4 +166,9 @@ def reconcile_autoscaler(
     if fc is not None:
         status["forecastGeneratedAt"] = iso(fc.generated_at)
     status["conditions"] = _conditions(pa, per_metric, problems, warnings, store_error, prev.get("conditions") or [], now)
-    return AutoscalerActions(hpa=desired_hpa(pa), status=status, events=_events(prev.get("metrics") or [], per_metric))
+    events = _events(prev.get("metrics") or [], per_metric)
+    was = next((c for c in prev.get("conditions") or [] if c.get("type") == "Ready"), {})
+    if problems and (was.get("reason") != "InvalidWorkload" or was.get("observedGeneration") != pa.generation):
+        # once per generation: the condition keeps saying it, an Event tells whoever applied it
+        events.insert(0, Event("Warning", "InvalidSpec", "; ".join(problems)[:1024]))
+    return AutoscalerActions(hpa=desired_hpa(pa), status=status, events=events)

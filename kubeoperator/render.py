@@ -2,8 +2,11 @@
 
 - The trainer reads one workloads file. The user's ConfigMap (the ``base``) stays theirs and
   keeps working on its own; the operator writes the *effective* file = the base plus one
-  workload per (PredictiveAutoscaler, metric), validated by forecaster.config exactly as the
-  trainer will read it. A workload the user listed by hand wins over a generated one.
+  workload per PredictiveAutoscaler (its target: the CPU series, its Demand metrics as declared
+  metrics, its spec.serving as the workload's own serving settings), validated by
+  forecaster.config exactly as the trainer will read it, problems reported with the object's
+  own field path (``spec.serving.headrooms[0]``). A workload the user listed by hand wins over
+  a generated one.
 - The warm-pool controller reads one policy file; every WarmPool becomes one pool of it,
   validated by warmpool.policy.
 Problems are kept per object, so one bad object never stops the others.
@@ -13,14 +16,15 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 import yaml
 
-from forecaster.config import DEFAULT_READY_PODS_QUERY, parse_config
+from forecaster.config import parse_config
 from forecaster.errors import ConfigError
-from kubeoperator.spec import AutoscalerSpec, MetricSpec, WarmPoolSpec
+from kubeoperator.spec import SERVING_FIELDS, AutoscalerSpec, WarmPoolSpec
 
 Key = tuple[str, str]  # (namespace, name) of a custom resource
 
@@ -36,46 +40,50 @@ class Rendered:
         return hashlib.sha256(self.text.encode()).hexdigest()[:16]
 
 
-def workload_entry(pa: AutoscalerSpec, m: MetricSpec) -> dict:
+def workload_entry(pa: AutoscalerSpec) -> dict:
+    """The autoscaler's target as one trainer workload: its CPU series (capacity from the
+    Resource metric), its Demand metrics as declared metrics, and spec.serving as the
+    workload's own serving overrides."""
     entry: dict[str, Any] = {
-        "namespace": pa.namespace, "name": pa.workload_name(m), "kind": pa.target_kind,
-        "labels": {"foresight.dev/autoscaler": pa.name, "foresight.dev/metric": m.name},
+        "namespace": pa.namespace, "name": pa.target_name, "kind": pa.target_kind,
+        "labels": {"foresight.dev/autoscaler": pa.name},
     }
-    if m.type == "Demand":
-        entry["demand_query"] = m.query
-        # ready pods are the target's pods, not pods named after the metric's series
-        entry["capacity"] = {"cpu_request_cores": float(m.capacity_per_replica),
-                             "ready_pods_query": DEFAULT_READY_PODS_QUERY.format(namespace=pa.namespace,
-                                                                                 name=pa.target_name)}
-    elif m.cpu_request_cores is not None:
-        entry["capacity"] = {"cpu_request_cores": float(m.cpu_request_cores)}
+    cpu = pa.resource_metric
+    if cpu is not None and cpu.cpu_request_cores is not None:
+        entry["capacity"] = {"cpu_request_cores": float(cpu.cpu_request_cores)}
+    demands = [{"name": m.name, "query": m.query, "capacity_per_replica": m.capacity_per_replica}
+               for m in pa.metrics if m.type == "Demand"]
+    if demands:
+        entry["metrics"] = demands
+    if pa.serving:
+        entry["serving"] = {k: list(v) if isinstance(v, tuple) else v for k, v in pa.serving.items()}
     return entry
 
 
-def _serving_section(base: Mapping, pas: list[AutoscalerSpec]) -> tuple[dict | None, dict[Key, list[str]], dict[Key, list[str]]]:
-    """The trainer applies one ``serving:`` section to every workload: the base's when it has
-    one, else the first valid settings an autoscaler asks for. An autoscaler whose settings the
-    trainer would refuse is left out; one asking for other valid settings is told they are not
-    applied. Returns (section, problems, warnings)."""
-    problems: dict[Key, list[str]] = {}
-    warnings: dict[Key, list[str]] = {}
-    chosen = base.get("serving")
-    origin = "the trainer ConfigMap's serving section"
-    for pa in pas:
-        want = {k: list(v) if isinstance(v, tuple) else v for k, v in pa.serving.items()}
-        if not want:
-            continue
-        try:
-            parse_config({**base, "serving": want, "workloads": []}, f"{pa.namespace}/{pa.name}")
-        except ConfigError as exc:
-            problems[(pa.namespace, pa.name)] = list(exc.problems)
-            continue
-        if chosen is None:
-            chosen, origin = want, f"spec.serving of {pa.namespace}/{pa.name}"
-        elif want != chosen:
-            warnings[(pa.namespace, pa.name)] = [
-                f"spec.serving is not applied: the trainer uses one serving section for every workload ({origin})"]
-    return chosen, problems, warnings
+_CAMEL = {snake: camel for camel, snake in SERVING_FIELDS.items()}
+_METRIC_KEYS = {"name": "name", "query": "query", "capacity_per_replica": "capacityPerReplica"}
+
+
+def spec_path(problem: str, pa: AutoscalerSpec, index: int) -> str:
+    """A trainer-config problem of this autoscaler's entry (``workloads[<index>]...``) with the
+    path of the autoscaler's own field: ``spec.serving.violationCostPods``, ``spec.metrics[1].query``."""
+    prefix = f"workloads[{index}]"
+    if not problem.startswith(prefix):
+        return problem  # the base ConfigMap's own problem: its path is already the file's
+    rest = problem[len(prefix):]
+    m = re.match(r"\.serving\.([a-z_]+)(.*)", rest)
+    if m:
+        return f"spec.serving.{_CAMEL.get(m.group(1), m.group(1))}{m.group(2)}"
+    m = re.match(r"\.metrics\[(\d+)\](?:\.([a-z_]+))?(.*)", rest)
+    if m:
+        demands = [i for i, x in enumerate(pa.metrics) if x.type == "Demand"]
+        k = demands[int(m.group(1))] if int(m.group(1)) < len(demands) else int(m.group(1))
+        key = f".{_METRIC_KEYS.get(m.group(2), m.group(2))}" if m.group(2) else ""
+        return f"spec.metrics[{k}]{key}{m.group(3)}"
+    if rest.startswith(".capacity.cpu_request_cores") and pa.resource_metric is not None:
+        k = pa.metrics.index(pa.resource_metric)
+        return f"spec.metrics[{k}].cpuRequestCores{rest[len('.capacity.cpu_request_cores'):]}"
+    return f"spec (trainer workload {pa.namespace}/{pa.target_name}){rest}"
 
 
 def render_trainer_config(base: Mapping[str, Any] | None, autoscalers: Iterable[AutoscalerSpec]) -> Rendered:
@@ -85,22 +93,28 @@ def render_trainer_config(base: Mapping[str, Any] | None, autoscalers: Iterable[
         return Rendered(text="", problems={(p.namespace, p.name): [msg] for p in pas})
     base = copy.deepcopy(dict(base))
     manual = {(w.get("namespace"), w.get("name")) for w in base.get("workloads") or [] if isinstance(w, dict)}
-    serving, problems, warnings = _serving_section(base, pas)
-    if serving is not None:
-        base["serving"] = serving
     doc = {**base, "workloads": list(base.get("workloads") or [])}
+    problems: dict[Key, list[str]] = {}
+    warnings: dict[Key, list[str]] = {}
+    owner: dict[Key, str] = {}  # (namespace, target) -> the autoscaler whose entry it is
     for pa in pas:
-        key = (pa.namespace, pa.name)
-        if key in problems:
+        key, target = (pa.namespace, pa.name), (pa.namespace, pa.target_name)
+        if target in manual:
+            warnings[key] = [f"the trainer ConfigMap lists {pa.namespace}/{pa.target_name} by hand: that entry is "
+                             "used, and this object's Demand metrics and spec.serving are not applied"]
             continue
-        entries = [workload_entry(pa, m) for m in pa.metrics
-                   if (pa.namespace, pa.workload_name(m)) not in manual]
+        if target in owner:
+            problems[key] = [f"spec.scaleTargetRef.name: {pa.target_name} is already the target of PredictiveAutoscaler "
+                             f"{pa.namespace}/{owner[target]}; one autoscaler per workload"]
+            continue
+        index = len(doc["workloads"])
         try:  # this autoscaler alone on top of what is already accepted
-            parse_config({**doc, "workloads": doc["workloads"] + entries}, f"{pa.namespace}/{pa.name}")
+            parse_config({**doc, "workloads": doc["workloads"] + [workload_entry(pa)]}, f"{pa.namespace}/{pa.name}")
         except ConfigError as exc:
-            problems[key] = list(exc.problems)
+            problems[key] = [spec_path(p, pa, index) for p in exc.problems]
             continue
-        doc["workloads"].extend(entries)
+        doc["workloads"].append(workload_entry(pa))
+        owner[target] = pa.name
     return Rendered(text=yaml.safe_dump(doc, sort_keys=False), problems=problems, warnings=warnings)
 
 

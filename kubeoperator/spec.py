@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from forecaster.predicted import metric_series_id, served_names
+
 GROUP = "foresight.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -30,6 +32,11 @@ class MetricSpec:
     query: str | None = None
     capacity_per_replica: float | None = None
 
+    @property
+    def external_metric(self) -> str:
+        """What the HPA asks the adapter for: the CPU load ratio, or ``predicted_<name>_ratio``."""
+        return LOAD_RATIO_METRIC if self.type == "Resource" else served_names(self.name)[1]
+
 
 @dataclass(frozen=True)
 class AutoscalerSpec:
@@ -48,15 +55,22 @@ class AutoscalerSpec:
     serving: Mapping[str, Any] = field(default_factory=dict)  # ServingSettings field names
     behavior: Mapping[str, Any] | None = None
 
-    def workload_name(self, metric: MetricSpec) -> str:
-        """The trainer's workload name of one metric: the target itself for its CPU, and
-        ``<target>-<metric>`` for other demands (one forecast series each)."""
-        if metric.type == "Resource":
-            return self.target_name
-        return f"{self.target_name}-{metric.name}"
+    @property
+    def workload_series_id(self) -> str:
+        """The trainer's workload: the target itself (its CPU series; Demand metrics are
+        declared metrics of it)."""
+        return f"{self.namespace}/{self.target_name}"
 
     def series_id(self, metric: MetricSpec) -> str:
-        return f"{self.namespace}/{self.workload_name(metric)}"
+        """The forecast series of one metric: the target's CPU series for Resource, and
+        ``<ns>/<target>/<metric>`` for a Demand (forecaster.predicted)."""
+        if metric.type == "Resource":
+            return self.workload_series_id
+        return metric_series_id(self.workload_series_id, metric.name)
+
+    @property
+    def resource_metric(self) -> MetricSpec | None:
+        return next((m for m in self.metrics if m.type == "Resource"), None)
 
     @property
     def target_value(self) -> float:

@@ -67,8 +67,15 @@ def test_a_valid_predictive_autoscaler_is_stored_with_its_defaults(crds):
     (_with(spec__serving={"headrooms": [0.8, 1.0]}), "spec.serving.headrooms"),
     (_with(spec__serving={"sources": ["oracle"]}), "spec.serving.sources[0]"),
     (_with(spec__behavior={"scaleUp": {"selectPolicy": "Sometimes"}}), "spec.behavior.scaleUp.selectPolicy"),
+    (_with(spec__metrics=[{"name": "cpu", "type": "Resource"},
+                          {"name": "cpu_load", "type": "Demand", "query": "up", "capacityPerReplica": 1}]),
+     "spec.metrics[1].name"),
+    (_with(spec__metrics=[{"name": "rps_ratio", "type": "Demand", "query": "up", "capacityPerReplica": 1}]),
+     "spec.metrics[0].name"),
+    (_with(spec__metrics=[{"name": "a", "type": "Resource"}, {"name": "b", "type": "Resource"}]), "spec.metrics"),
 ], ids=["min-above-max", "no-target", "target-without-name", "no-metrics", "demand-without-capacity",
-        "headroom-below-1", "unknown-source", "bad-select-policy"])
+        "headroom-below-1", "unknown-source", "bad-select-policy", "demand-named-like-cpu", "demand-named-ratio",
+        "two-resource-metrics"])
 def test_an_invalid_predictive_autoscaler_is_refused_with_the_field_path(crds, body, path_in_error):
     r = _create(crds, body)
     assert r.status_code == 422, r.text
@@ -76,6 +83,14 @@ def test_an_invalid_predictive_autoscaler_is_refused_with_the_field_path(crds, b
     fields = [c.get("field", "") for c in status["details"]["causes"]]
     assert any(f == path_in_error or f.startswith(path_in_error) for f in fields), (fields, status["message"])
     assert path_in_error in status["message"]
+
+
+def test_a_demand_metric_may_be_named_with_underscores(crds):
+    body = _with(name="queue", spec__metrics=[
+        {"name": "queue_depth", "type": "Demand", "query": "sum(queue_depth)", "capacityPerReplica": 100}])
+    r = _create(crds, body)
+    assert r.status_code == 201, r.text
+    crds.admin.delete(f"{PATH}/queue")
 
 
 def test_an_unknown_field_is_refused_with_its_path_not_pruned_silently(crds):

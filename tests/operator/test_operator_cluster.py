@@ -134,3 +134,60 @@ def test_deleting_the_autoscaler_deletes_its_hpa_through_the_garbage_collector(r
     cp.kubectl("delete", "predictiveautoscaler", "web", "-n", "shop", "--wait=true")
     wait_for("HPA shop/web garbage-collected", lambda: cp.admin.get(
         "/apis/autoscaling/v2/namespaces/shop/horizontalpodautoscalers/web").status_code == 404, timeout=60)
+
+
+API = {"apiVersion": "foresight.dev/v1alpha1", "kind": "PredictiveAutoscaler",
+       "metadata": {"name": "api", "namespace": "shop"},
+       "spec": {"scaleTargetRef": {"name": "api"}, "minReplicas": 1, "maxReplicas": 10,
+                "metrics": [{"name": "cpu", "type": "Resource", "cpuRequestCores": 0.25},
+                            {"name": "rps", "type": "Demand", "query": 'sum(rate(http_requests_total{app="api"}[2m]))',
+                             "capacityPerReplica": 50}],
+                "serving": {"violationCostPods": 200}}}
+
+
+def test_a_demand_metric_gets_its_own_external_metric_series_and_serving_settings(running):
+    cp, store = running
+    now = time.time()
+    rps = Forecast(series_id="shop/api/rps", generated_at=now, origin=now, step_seconds=60.0, mean=(100.0,) * 12,
+                   quantiles={"p50": (100.0,) * 12, "p90": (120.0,) * 12}, model="ets", backtest_error=0.4,
+                   observed=((now, 90.0),), meta={"ready_pods": 3, "metric": "rps", "capacity_per_replica": 50.0})
+    store.publish(rps)
+    cp.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(API))
+    path = "/apis/foresight.dev/v1alpha1/namespaces/shop/predictiveautoscalers/api"
+    obj = wait_for("api's rps status", lambda: [m for m in (cp.admin.json(path).get("status") or {}).get("metrics", [])
+                                                if m["name"] == "rps" and m.get("servedSource") == "forecast"]
+                   and cp.admin.json(path), timeout=60, detail=lambda: str(cp.admin.json(path).get("status")))
+    # the HPA the API server stored: the CPU floor, the CPU load ratio and the demand's own ratio
+    hpa = cp.admin.json("/apis/autoscaling/v2/namespaces/shop/horizontalpodautoscalers/api")
+    assert [(m["type"], m.get("external", {}).get("metric", {}).get("name")) for m in hpa["spec"]["metrics"]] == [
+        ("Resource", None), ("External", "predicted_cpu_load_ratio"), ("External", "predicted_rps_ratio")]
+    assert hpa["spec"]["metrics"][2]["external"]["metric"]["selector"] == {"matchLabels": {"workload": "api"}}
+    (m,) = [m for m in obj["status"]["metrics"] if m["name"] == "rps"]
+    assert m["series"] == "shop/api/rps" and m["externalMetric"] == "predicted_rps_ratio"
+    assert abs(float(m["servedValue"]) - 120.0 / (3 * 50.0)) < 0.01  # p90 120 rps / (3 ready x 50)
+    # the trainer's workload: the target with its declared metric and its own serving settings
+    from forecaster.config import parse_config
+
+    def api_workload():
+        cm = cp.admin.json("/api/v1/namespaces/foresight/configmaps/foresight-trainer-config")
+        return parse_config(yaml.safe_load(cm["data"]["workloads.yaml"])).workload("shop/api")
+
+    w = wait_for("shop/api in the trainer config", api_workload, timeout=30)
+    assert [(x.name, x.capacity_per_replica) for x in w.metrics] == [("rps", 50.0)]
+    assert w.serving.violation_cost_pods == 200
+
+
+def test_serving_settings_the_trainer_refuses_are_reported_with_the_spec_path_in_status_and_event(running):
+    cp, _ = running
+    bad = {**API, "metadata": {"name": "api", "namespace": "shop"},
+           "spec": {**API["spec"], "serving": {"quantiles": ["p75"]}}}  # not in the trainer's training.quantiles
+    cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump(bad))
+    path = "/apis/foresight.dev/v1alpha1/namespaces/shop/predictiveautoscalers/api"
+    obj = wait_for("api InvalidWorkload", lambda: _cond(o := cp.admin.json(path), "Ready").get("reason") == "InvalidWorkload"
+                   and o, timeout=30)
+    assert _cond(obj, "Ready")["message"].startswith("spec.serving.quantiles[0]: 'p75' is not published")
+    ev = wait_for("InvalidSpec event", lambda: [e for e in cp.admin.json("/api/v1/namespaces/shop/events")["items"]
+                                              if e["reason"] == "InvalidSpec" and e["involvedObject"]["name"] == "api"],
+                  timeout=30)
+    assert "spec.serving.quantiles[0]" in ev[0]["message"] and ev[0]["type"] == "Warning"
+    cp.kubectl("delete", "predictiveautoscaler", "api", "-n", "shop", "--wait=true")

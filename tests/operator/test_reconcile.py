@@ -47,7 +47,9 @@ def test_the_hpa_has_the_cpu_floor_and_one_predicted_metric_per_series_and_is_ow
                                                    "blockOwnerDeletion": True}]
     m = hpa["spec"]["metrics"]
     assert m[0] == {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}
-    assert [x["external"]["metric"]["selector"]["matchLabels"]["workload"] for x in m[1:]] == ["checkout", "checkout-rps"]
+    assert [x["external"]["metric"]["selector"]["matchLabels"]["workload"] for x in m[1:]] == ["checkout", "checkout"]
+    # one External metric per predicted metric: the CPU load ratio, then the demand's own ratio
+    assert [x["external"]["metric"]["name"] for x in m[1:]] == ["predicted_cpu_load_ratio", "predicted_rps_ratio"]
     assert {x["external"]["target"]["value"] for x in m[1:]} == {"700m"}
     assert hpa["spec"]["behavior"] == PA["spec"]["behavior"]
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 50)
@@ -67,7 +69,7 @@ def test_the_hpa_equals_the_shipped_example_for_the_same_workload():
 
 def test_a_served_forecast_makes_the_autoscaler_ready_with_the_adapters_value_and_source():
     fc = forecast()
-    act = reconcile_autoscaler(PA, {"shop/checkout": fc, "shop/checkout-rps": forecast("shop/checkout-rps")}, NOW)
+    act = reconcile_autoscaler(PA, {"shop/checkout": fc, "shop/checkout/rps": forecast("shop/checkout/rps")}, NOW)
     st = act.status
     expect = served_load_ratio(fc, NOW, 3, 0.5, MetricSettings())
     assert st["servedValue"] == f"{expect.value:.3f}" and st["servedSource"] == "forecast"
@@ -86,7 +88,7 @@ def test_no_forecast_yet_is_not_ready_and_says_so():
 
 
 def test_a_stale_forecast_is_ready_but_degraded_and_the_fallback_is_an_event():
-    fresh = {"shop/checkout": forecast(), "shop/checkout-rps": forecast("shop/checkout-rps")}
+    fresh = {"shop/checkout": forecast(), "shop/checkout/rps": forecast("shop/checkout/rps")}
     before = reconcile_autoscaler(PA, fresh, NOW)
     obj = {**PA, "status": before.status}
     stale = {k: forecast(k, generated=NOW - 1000) for k in fresh}
@@ -104,7 +106,7 @@ def test_a_stale_forecast_is_ready_but_degraded_and_the_fallback_is_an_event():
 
 
 def test_a_model_change_is_an_event_naming_both_models():
-    fcs = {"shop/checkout": forecast(), "shop/checkout-rps": forecast("shop/checkout-rps")}
+    fcs = {"shop/checkout": forecast(), "shop/checkout/rps": forecast("shop/checkout/rps")}
     obj = {**PA, "status": reconcile_autoscaler(PA, fcs, NOW).status}
     fcs["shop/checkout"] = forecast(model="prophet", err=0.5)
     events = reconcile_autoscaler(obj, fcs, NOW + 60).events
@@ -117,49 +119,97 @@ def test_an_unreachable_store_is_not_ready():
     assert (ready["status"], ready["reason"]) == ("False", "StoreUnavailable")
 
 
-def test_the_trainer_config_is_the_users_base_plus_one_workload_per_metric_and_the_trainer_accepts_it():
+def test_the_trainer_config_is_the_users_base_plus_the_target_with_its_demand_metrics_and_the_trainer_accepts_it():
     r = render_trainer_config(BASE, [parse_autoscaler(PA)])
     cfg = parse_config(yaml.safe_load(r.text))
-    names = [w.series_id for w in cfg.workloads]
-    assert names == ["shop/cart", "shop/checkout", "shop/checkout-rps"]
-    rps = cfg.workload("shop/checkout-rps")
-    assert rps.demand_query == "sum(rate(http_requests_total[2m]))"
-    assert rps.capacity.cpu_request_cores == 40.0
-    assert 'pod=~"checkout-.*"' in rps.ready_pods_query()  # the target's pods, not checkout-rps-*
-    assert cfg.workload("shop/checkout").capacity.cpu_request_cores == 0.5
+    assert [w.series_id for w in cfg.workloads] == ["shop/cart", "shop/checkout"]
+    assert [s.series_id for s in cfg.series()] == ["shop/cart", "shop/checkout", "shop/checkout/rps"]
+    checkout = cfg.workload("shop/checkout")
+    assert checkout.capacity.cpu_request_cores == 0.5
+    (rps,) = checkout.metrics
+    assert (rps.name, rps.query, rps.capacity_per_replica) == ("rps", "sum(rate(http_requests_total[2m]))", 40.0)
+    assert checkout.serving is None  # no spec.serving: the trainer's own section applies
     assert r.problems == {} and r.warnings == {}
 
 
-def test_a_workload_the_user_lists_by_hand_wins_over_the_generated_one():
+def test_the_status_serves_the_demand_metric_from_its_own_series_as_the_adapter_does():
+    from adapter.metrics import served_demand_ratio
+
+    rps = forecast("shop/checkout/rps", level=100.0)
+    rps = Forecast(**{**rps.__dict__, "meta": {"ready_pods": 3, "metric": "rps", "capacity_per_replica": 40.0}})
+    st = reconcile_autoscaler(PA, {"shop/checkout": forecast(), "shop/checkout/rps": rps}, NOW).status
+    (_, m) = st["metrics"]
+    assert (m["series"], m["externalMetric"]) == ("shop/checkout/rps", "predicted_rps_ratio")
+    want = served_demand_ratio("rps", rps, NOW, 3, 40.0, MetricSettings()).value
+    assert m["servedValue"] == f"{want:.3f}" and abs(want - 110 / 120) < 1e-9  # p90 110 rps over 3 ready x 40
+    assert "rps" in m["servedReason"] and "cores" not in m["servedReason"]
+
+
+def test_a_workload_the_user_lists_by_hand_wins_over_the_generated_one_and_the_autoscaler_is_told():
     base = {**BASE, "workloads": [{"namespace": "shop", "name": "checkout", "capacity": {"cpu_request_cores": 2}}]}
-    cfg = parse_config(yaml.safe_load(render_trainer_config(base, [parse_autoscaler(PA)]).text))
+    r = render_trainer_config(base, [parse_autoscaler(PA)])
+    cfg = parse_config(yaml.safe_load(r.text))
     assert cfg.workload("shop/checkout").capacity.cpu_request_cores == 2.0
-    assert len(cfg.workloads) == 2
+    assert len(cfg.workloads) == 1
+    (msg,) = r.warnings[("shop", "checkout")]
+    st = reconcile_autoscaler(PA, {}, NOW, warnings=[msg]).status
+    assert "lists shop/checkout by hand" in msg
+    assert {c["type"]: c["reason"] for c in st["conditions"]}["Degraded"] in ("SpecNotApplied", "NoForecastYet")
 
 
-def test_an_autoscaler_the_trainer_would_refuse_is_left_out_with_the_trainers_problems():
+def test_an_autoscaler_the_trainer_would_refuse_is_left_out_with_its_own_field_paths_and_an_event():
     bad = copy.deepcopy(PA)
     bad["metadata"]["name"] = "bad"
-    bad["spec"]["serving"] = {"quantiles": ["p75"]}  # not published by training.quantiles
+    bad["spec"]["scaleTargetRef"]["name"] = "other"
+    bad["spec"]["serving"] = {"quantiles": ["p75"], "violationCostPods": 40}  # p75: not published by training.quantiles
+    bad["spec"]["metrics"][1]["query"] = "   "
     r = render_trainer_config(BASE, [parse_autoscaler(PA), parse_autoscaler(bad)])
-    assert any("serving.quantiles[0]" in p for p in r.problems[("shop", "bad")])
+    assert sorted(r.problems[("shop", "bad")]) == [
+        "spec.metrics[1].query: must not be empty",
+        "spec.serving.quantiles[0]: 'p75' is not published; add it to training.quantiles (published: p50, p90)",
+    ]
     cfg = parse_config(yaml.safe_load(r.text))
-    assert [w.series_id for w in cfg.workloads] == ["shop/cart", "shop/checkout", "shop/checkout-rps"]
+    assert [w.series_id for w in cfg.workloads] == ["shop/cart", "shop/checkout"]
+    act = reconcile_autoscaler(bad, {}, NOW, problems=r.problems[("shop", "bad")])
+    ready = next(c for c in act.status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidWorkload")
+    assert "spec.serving.quantiles[0]" in ready["message"]
+    assert [(e.type, e.reason) for e in act.events] == [("Warning", "InvalidSpec")]
+    assert "spec.serving.quantiles[0]" in act.events[0].message
+    # the same generation again: the condition still says it, no second Event
+    again = reconcile_autoscaler({**bad, "status": act.status}, {}, NOW + 15, problems=r.problems[("shop", "bad")])
+    assert again.events == []
+    # an edit that is still invalid: told again
+    edited = {**bad, "metadata": {**bad["metadata"], "generation": 4}, "status": again.status}
+    assert [e.reason for e in reconcile_autoscaler(edited, {}, NOW + 30, problems=["spec.serving.x: y"]).events] == [
+        "InvalidSpec"]
 
 
-def test_serving_settings_become_the_trainers_serving_section_and_a_conflicting_autoscaler_is_warned():
+def test_two_autoscalers_of_one_target_the_second_is_refused_with_the_path():
+    other = copy.deepcopy(PA)
+    other["metadata"]["name"] = "zz-second"
+    r = render_trainer_config(BASE, [parse_autoscaler(PA), parse_autoscaler(other)])
+    (p,) = r.problems[("shop", "zz-second")]
+    assert p.startswith("spec.scaleTargetRef.name: checkout is already the target of PredictiveAutoscaler shop/checkout")
+
+
+def test_each_autoscalers_serving_settings_are_its_workloads_own_and_the_trainer_uses_them():
+    from forecaster.schedule import trainer_from_config
+
     a = copy.deepcopy(PA)
     a["spec"]["serving"] = {"violationCostPods": 40, "headrooms": [1.0, 1.2]}
     b = copy.deepcopy(a)
     b["metadata"]["name"] = "other"
     b["spec"]["scaleTargetRef"]["name"] = "other"
-    b["spec"]["serving"] = {"violationCostPods": 90}
+    b["spec"]["serving"] = {"violationCostPods": 300}
     r = render_trainer_config(BASE, [parse_autoscaler(a), parse_autoscaler(b)])
+    assert r.problems == {} and r.warnings == {}
     cfg = parse_config(yaml.safe_load(r.text))
-    assert cfg.serving.violation_cost_pods == 40 and cfg.serving.headrooms == (1.0, 1.2)
-    assert list(r.warnings) == [("shop", "other")]
-    st = reconcile_autoscaler(b, {}, NOW, warnings=r.warnings[("shop", "other")]).status
-    assert {c["type"]: c["reason"] for c in st["conditions"]}["Degraded"] == "ServingSettingsNotApplied"
+    trainer = trainer_from_config(cfg, None)
+    assert trainer.serving_for("shop/checkout").violation_cost_pods == 40
+    assert trainer.serving_for("shop/checkout/rps").headrooms == (1.0, 1.2)
+    assert trainer.serving_for("shop/other").violation_cost_pods == 300
+    assert trainer.serving_for("shop/cart") == cfg.serving  # the base's own workload: the base's section
 
 
 WP = {"apiVersion": "foresight.dev/v1alpha1", "kind": "WarmPool",
