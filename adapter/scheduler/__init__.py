@@ -1,10 +1,11 @@
-"""kube-scheduler HTTP extender and placement API, driven by node-load forecasts.
+"""kube-scheduler HTTP extender and placement API, driven by node CPU and memory forecasts.
 
 ``register_scheduler_routes(app, store, settings)`` adds ``POST /scheduler/filter``,
 ``POST /scheduler/prioritize`` and ``GET /api/v1/placement`` to a FastAPI app. Scores come
 from ``forecaster.nodes`` (shared with the warm pool), read from an in-process snapshot of the
-store's ``node/*`` and ``zone/*`` forecasts. See manifests/scheduler/README.md for the opt-in
-scheduler profile.
+store's ``node/*``, ``node-memory/*`` and ``zone/*`` forecasts, and weigh the pod's memory
+request (``podrequest``) against each node's predicted memory room (``answers``). See
+manifests/scheduler/README.md for the opt-in scheduler profile.
 """
 
 from __future__ import annotations

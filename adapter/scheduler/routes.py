@@ -2,7 +2,8 @@
 
 - ``POST /scheduler/filter``      ExtenderArgs -> ExtenderFilterResult
 - ``POST /scheduler/prioritize``  ExtenderArgs -> HostPriorityList
-- ``GET  /api/v1/placement``      node and zone scores with reasons (people debugging placement)
+- ``GET  /api/v1/placement``      node and zone scores with reasons (people debugging placement);
+  ``?memory_request=512Mi`` adds what a pod of that size would be scored and filtered
 
 Handlers read the in-process snapshot only (``SnapshotCache``); the store is read by a
 background rebuild. A malformed body is a 400 with ``{"error": ...}``; anything else that
@@ -13,6 +14,7 @@ because an extender error fails the pod's scheduling cycle unless ``ignorable: t
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 from dataclasses import asdict
@@ -22,19 +24,27 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from forecaster.nodes import NEUTRAL_SCORE, preferred_node_affinity
+from forecaster.nodes import (
+    NEUTRAL_SCORE,
+    filter_reason,
+    memory_series_id,
+    node_series_id,
+    preferred_node_affinity,
+    score_for_pod,
+)
 from forecaster.store import ForecastStore
 
+from adapter.scheduler.answers import filter_answer, prioritize_answer
+from adapter.scheduler.podrequest import POD_SCHEMA, QUANTITY_PATTERN, parse_memory, pod_memory_request
 from adapter.scheduler.protocol import (
     BadExtenderArgs,
     ExtenderArgs,
     error_body,
     filter_result,
-    filter_result_names,
     parse_extender_args,
 )
 from adapter.scheduler.settings import SchedulerSettings
-from adapter.scheduler.snapshot import PlacementSnapshot, SnapshotCache, host_fragment
+from adapter.scheduler.snapshot import PlacementSnapshot, SnapshotCache
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +68,7 @@ _ARGS_SCHEMA = {
         "case-insensitively like Go's encoding/json: Pod|pod, Nodes|nodes, NodeNames|nodenames."
     ),
     "properties": {
-        "Pod": {"type": ["object", "null"]},
+        "Pod": POD_SCHEMA,
         "Nodes": {
             "type": ["object", "null"],
             "properties": {"items": {"type": ["array", "null"], "items": _NODE_SCHEMA}},
@@ -110,52 +120,52 @@ class SchedulerExtender:
 
     def __init__(self, store: ForecastStore, settings: SchedulerSettings | None = None, clock=time.time) -> None:
         self.settings = settings or SchedulerSettings()
+        self.scoring = self.settings.scoring()
         self.cache = SnapshotCache(store, self.settings, clock=clock)
 
     # -- verbs (bytes in, bytes out; raise BadExtenderArgs on malformed input) -------------
 
     def filter(self, body: bytes) -> bytes:
         args = parse_extender_args(body)
-        names = args.node_names
+        request = pod_memory_request(args.pod)  # a malformed quantity is the caller's 400
         try:
-            snap = self.cache.get()
-            hot = snap.hot
-            failed = [n for n in names if n in hot]
-            passed = [n for n in names if n not in hot] if failed else names
-            if not passed:  # every candidate is hot: drop none (same rule as split_hot)
-                passed, failed = names, []
-            if args.cache_capable:
-                return filter_result_names(passed, failed, snap.name_json, snap.hot_json)
-            return filter_result(args, passed, {n: hot[n] for n in failed})
+            return filter_answer(self.cache.get(), args, request, self.scoring)
         except Exception:  # noqa: BLE001 - never block scheduling on our own failure
             log.exception("scheduler filter failed; letting every node pass")
-            return filter_result(args, list(names), {})
+            return filter_result(args, list(args.node_names), {})
 
     def prioritize(self, body: bytes) -> bytes:
         args = parse_extender_args(body)
         return self.prioritize_args(args)
 
     def prioritize_args(self, args: ExtenderArgs) -> bytes:
+        request = pod_memory_request(args.pod)
         try:
-            frags = self.cache.get().fragments
+            return prioritize_answer(self.cache.get(), args.node_names, request)
         except Exception:  # noqa: BLE001
             log.exception("scheduler prioritize failed; neutral scores")
-            frags = {}
-        get = frags.get
-        parts = [get(n) or host_fragment(n, NEUTRAL_SCORE) for n in args.node_names]
-        return b"[" + b",".join(parts) + b"]"
+            return prioritize_answer(None, args.node_names, 0.0)
 
     # -- placement API ---------------------------------------------------------------------
 
-    def placement(self, namespace: str | None = None, node: str | None = None, zone: str | None = None) -> dict[str, Any]:
+    def placement(self, namespace: str | None = None, node: str | None = None, zone: str | None = None,
+                  memory_request_bytes: float | None = None) -> dict[str, Any]:
         snap: PlacementSnapshot = self.cache.get()
         loads = [nl for nl in snap.loads.values() if (node is None or nl.node == node) and (zone is None or nl.zone == zone)]
         loads.sort(key=lambda nl: (-nl.score, nl.node))
         zone_scores = snap.zone_scores()
         nodes = [
-            {**asdict(nl), "filtered": nl.hot, "series_id": f"node/{nl.node}"}
+            {**asdict(nl), "filtered": nl.hot, "series_id": node_series_id(nl.node),
+             "memory_series_id": memory_series_id(nl.node)}
             for nl in loads
         ]
+        if memory_request_bytes is not None:  # what a pod of that size would be told
+            for row, nl in zip(nodes, loads):
+                row["pod_score"] = score_for_pod(nl, memory_request_bytes)
+                row["pod_filter_reason"] = filter_reason(nl, self.scoring, memory_request_bytes)
+        basis: dict[str, int] = {}
+        for nl in snap.loads.values():
+            basis[nl.basis] = basis.get(nl.basis, 0) + 1
         zones = [
             {"zone": z, "load": round(v, 4), "score": zone_scores[z], "nodes": sum(1 for nl in snap.loads.values() if nl.zone == z)}
             for z, v in sorted(snap.zones.items(), key=lambda kv: (kv[1], kv[0]))
@@ -177,13 +187,25 @@ class SchedulerExtender:
                 avoid=[nl.node for nl in snap.loads.values() if nl.hot],
             ),
             "unknown_node_score": NEUTRAL_SCORE,
+            # how many nodes were scored on what; "cpu" = no fresh memory forecast (CPU only)
+            "score_basis": dict(sorted(basis.items())),
         }
+        if memory_request_bytes is not None and math.isfinite(memory_request_bytes):  # JSON has no inf
+            out["memory_request_bytes"] = memory_request_bytes
         if namespace is not None:
             out["workloads"] = [w for w in snap.workloads if w.startswith(namespace + "/")]
             out["note"] = "node and zone scores are cluster-wide; namespace selects the workloads listed"
         if snap.error:
             out["store_error"] = snap.error
         return out
+
+
+def _memory_request_bytes(memory_request: str | None) -> float | None:
+    if memory_request is None:
+        return None
+    if len(memory_request) > 64:
+        raise BadExtenderArgs("memory_request: longer than 64 characters; use a quantity like '512Mi'")
+    return parse_memory(memory_request, "memory_request")
 
 
 async def _read_body(request: Request, limit: int) -> bytes | Response:
@@ -229,7 +251,7 @@ def register_scheduler_routes(app: FastAPI, store: ForecastStore, settings: Sche
         return await verb(request, ext.prioritize)
 
     @app.get("/api/v1/placement", tags=["scheduler"], summary="Node and zone placement scores with reasons",
-             responses={400: {"description": "namespace is not a DNS-1123 label",
+             responses={400: {"description": "namespace is not a DNS-1123 label, or memory_request is not a quantity",
                               "content": {JSON: {"schema": _ERROR_SCHEMA}}}})
     async def placement(
         # checked below (the answer names the field); the schema states the same rule
@@ -237,12 +259,20 @@ def register_scheduler_routes(app: FastAPI, store: ForecastStore, settings: Sche
                                       json_schema_extra={"maxLength": 63, "pattern": _DNS1123_LABEL.pattern}),
         node: str | None = None,
         zone: str | None = None,
+        # checked below like namespace (the answer names the field); the schema states the rule
+        memory_request: str | None = Query(None, description="a pod's memory request (Kubernetes quantity, e.g. 512Mi): "
+                                           "adds each node's pod_score and pod_filter_reason for it",
+                                           json_schema_extra={"maxLength": 64, "pattern": QUANTITY_PATTERN}),
     ) -> Response:
         if namespace is not None and (len(namespace) > 63 or not _DNS1123_LABEL.match(namespace)):
             return JSONResponse(
                 {"error": f"namespace: {namespace!r} is not a valid namespace name (lower-case DNS-1123 label, at most 63 characters)"},
                 status_code=400,
             )
-        return JSONResponse(ext.placement(namespace=namespace, node=node, zone=zone))
+        try:
+            request_bytes = _memory_request_bytes(memory_request)
+        except BadExtenderArgs as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        return JSONResponse(ext.placement(namespace=namespace, node=node, zone=zone, memory_request_bytes=request_bytes))
 
     return ext

@@ -13,11 +13,15 @@ from forecaster.nodes import NodeScoreSettings
 class SchedulerSettings:
     """How the kube-scheduler extender and the placement API turn node forecasts into answers.
 
-    threshold: predicted utilization (0..1) above which a node is filtered out ("hot").
+    threshold: predicted CPU utilization (0..1) above which a node is filtered out ("hot").
+    memory_threshold: a node is filtered out for a pod when its predicted memory use plus the
+      pod's memory request would exceed this fraction of the node's allocatable memory (0.9:
+      keep 10% of allocatable as headroom for what the forecast misses; memory does not
+      throttle, it OOM-kills). Nodes without a fresh memory forecast are judged on CPU only.
     horizon_seconds: look-ahead window; a node's load is the max of ``quantile`` over
       [now, now + horizon] (and never below its last observed utilization).
     max_forecast_age_seconds: older forecasts are stale: neutral score, never filtered.
-    zone_weight: share of the zone's predicted load in a node's score (0 = node load only).
+    zone_weight: share of the zone's predicted CPU load in a node's score (0 = node load only).
     quantile: published quantile used as the load ("p90", or "mean").
     refresh_seconds: node scores are recomputed (the horizon window moves with the clock) at
       most this often, in a background thread; requests read the last snapshot and never
@@ -39,6 +43,7 @@ class SchedulerSettings:
     reload_seconds: float = 10.0
     max_body_bytes: int = 64 * 1024 * 1024
     affinity_top_n: int = 10
+    memory_threshold: float = 0.9
 
     def __post_init__(self) -> None:
         problems = []
@@ -50,6 +55,10 @@ class SchedulerSettings:
 
         if not (isinstance(self.threshold, (int, float)) and 0 < self.threshold <= 1):
             problems.append(f"scheduler.threshold: {self.threshold!r} must be a utilization in (0, 1], e.g. 0.85")
+        if not (isinstance(self.memory_threshold, (int, float)) and not isinstance(self.memory_threshold, bool)
+                and 0 < self.memory_threshold <= 1):
+            problems.append(f"scheduler.memory_threshold: {self.memory_threshold!r} must be a fraction of allocatable "
+                            "memory in (0, 1], e.g. 0.9")
         for name in ("horizon_seconds", "max_forecast_age_seconds", "refresh_seconds", "reload_seconds"):
             positive(name)
         if not (isinstance(self.zone_weight, (int, float)) and 0 <= self.zone_weight <= 1):
@@ -70,4 +79,5 @@ class SchedulerSettings:
             max_forecast_age_seconds=self.max_forecast_age_seconds,
             zone_weight=self.zone_weight,
             quantile=self.quantile,
+            memory_threshold=self.memory_threshold,
         )

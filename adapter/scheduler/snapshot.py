@@ -2,7 +2,10 @@
 
 A prioritize call over 5,000 nodes must answer in milliseconds, so requests never touch the
 store: they read the last ``PlacementSnapshot`` (loads, the hot nodes' filter messages and
-the pre-serialized ``{"host":...,"score":...}`` fragment of every known node).
+the pre-serialized ``{"host":...,"score":...}`` fragment of every known node, scored for a pod
+without a memory request). A pod's memory request changes a node's answer only where it
+exceeds the node's precomputed memory room (filter) or slack (score): one comparison per
+node, and nothing at all when the request is below every node's room / slack.
 
 Two cadences (stale-while-revalidate: the first request after expiry starts ONE background
 rebuild and is answered from the previous snapshot):
@@ -24,7 +27,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from forecaster.nodes import NODE_PREFIX, ZONE_PREFIX, NodeLoad, assess_nodes, score_for_load
+from forecaster.nodes import MAX_SCORE, NodeLoad, assess_nodes, is_node_series, memory_room_bytes, score_for_load
+from forecaster.nodes.scoring import cpu_message
 from forecaster.store import Forecast, ForecastStore
 
 from adapter.scheduler.settings import SchedulerSettings
@@ -50,6 +54,10 @@ class PlacementSnapshot:
     hot: dict[str, str] = field(default_factory=dict)  # node -> failedNodes message
     name_json: dict[str, bytes] = field(default_factory=dict)  # node -> json.dumps(node)
     hot_json: dict[str, bytes] = field(default_factory=dict)  # node -> b'"node":"message"'
+    mem_room: dict[str, float] = field(default_factory=dict)  # node -> largest memory request that fits (bytes)
+    min_mem_room: float = float("inf")
+    mem_slack: dict[str, float] = field(default_factory=dict)  # node -> largest request keeping its score
+    min_mem_slack: float = float("inf")
     workloads: tuple[str, ...] = ()  # other series in the store (for the placement API)
     error: str = ""  # why the last store read failed, if it did
 
@@ -67,14 +75,25 @@ CHUNK = 200  # nodes handled between two GIL hand-overs (~2-4 ms of work)
 
 def read_store(store: ForecastStore, pause: Callable[[], None] | None = None) -> tuple[dict[str, Forecast], tuple[str, ...]]:
     series = store.list_series()
-    wanted = [s for s in series if s.startswith((NODE_PREFIX, ZONE_PREFIX))]
-    workloads = tuple(x for x in series if not x.startswith((NODE_PREFIX, ZONE_PREFIX)))
+    wanted = [s for s in series if is_node_series(s)]
+    workloads = tuple(x for x in series if not is_node_series(x))
     forecasts: dict[str, Forecast] = {}
     for i in range(0, len(wanted), CHUNK):  # decoding 5,000 forecasts is ~0.3 s of CPU
         if pause is not None and i:
             pause()
         forecasts.update(store.latest_many(wanted[i : i + CHUNK]))
     return forecasts, workloads
+
+
+def memory_slack_bytes(nl: NodeLoad) -> float:
+    """The largest memory request for which ``score_for_pod(nl, request)`` still equals
+    ``nl.score`` (the score computed without a request): the memory score
+    ``floor(10 x (1 - load - r / allocatable) + 0.5)`` stays >= score while
+    r <= allocatable x (1 - load - (score - 0.5) / 10). One byte below that edge, so float
+    rounding can only send a request to the exact (slow) path, never skip it."""
+    if nl.memory_load is None or not nl.memory_bytes or nl.score <= 0:
+        return float("inf")
+    return nl.memory_bytes * (1.0 - nl.memory_load - (nl.score - 0.5) / MAX_SCORE) - 1.0
 
 
 def score_snapshot(
@@ -93,16 +112,22 @@ def score_snapshot(
     name_json: dict[str, bytes] = {}
     hot: dict[str, str] = {}
     hot_json: dict[str, bytes] = {}
+    mem_room: dict[str, float] = {}
+    mem_slack: dict[str, float] = {}
     for i, (name, nl) in enumerate(loads.items()):
         if pause is not None and i and i % (2 * CHUNK) == 0:
             pause()
         quoted = json.dumps(name).encode()
         name_json[name] = quoted
         fragments[name] = b'{"host":' + quoted + b',"score":' + str(int(nl.score)).encode() + b"}"
-        if nl.hot:
-            msg = f"foresight: predicted CPU utilization {nl.load:.2f} exceeds {s.threshold:g} within the next {s.horizon_seconds:g} s"
+        if nl.cpu_hot:
+            msg = cpu_message(nl, s.threshold, s.horizon_seconds)
             hot[name] = msg
             hot_json[name] = quoted + b":" + json.dumps(msg).encode()
+        room = memory_room_bytes(nl, s.memory_threshold)
+        if room is not None:
+            mem_room[name] = room
+            mem_slack[name] = memory_slack_bytes(nl)
     stale_at = [t for t in (fc.generated_at + s.max_forecast_age_seconds for fc in forecasts.values()) if t > now]
     first_stale = min(stale_at) if stale_at else float("inf")
     return PlacementSnapshot(
@@ -117,6 +142,10 @@ def score_snapshot(
         hot=hot,
         name_json=name_json,
         hot_json=hot_json,
+        mem_room=mem_room,
+        min_mem_room=min(mem_room.values(), default=float("inf")),
+        mem_slack=mem_slack,
+        min_mem_slack=min(mem_slack.values(), default=float("inf")),
         workloads=workloads,
         error=error,
     )

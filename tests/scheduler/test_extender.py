@@ -55,12 +55,38 @@ def node_object(name, zone):
 POD = {"metadata": {"name": "web-7d4b9", "namespace": "shop", "uid": "p-1"}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}}
 
 
-def names_args(names):
-    return {"Pod": POD, "Nodes": None, "NodeNames": names}
+def names_args(names, pod=POD):
+    return {"Pod": pod, "Nodes": None, "NodeNames": names}
 
 
-def nodes_args(objs):
-    return {"Pod": POD, "Nodes": {"metadata": {}, "items": objs}, "NodeNames": None}
+def nodes_args(objs, pod=POD):
+    return {"Pod": pod, "Nodes": {"metadata": {}, "items": objs}, "NodeNames": None}
+
+
+def pod_with_memory(*requests, init=(), sidecars=(), overhead=None, pod_level=None):
+    """A v1.Pod as the scheduler marshals it, with these memory requests per container."""
+    def c(name, mem, **extra):
+        return {"name": name, "image": "nginx", "resources": {"requests": {"cpu": "100m", "memory": mem}}, **extra}
+
+    spec = {"containers": [c(f"c{i}", m) for i, m in enumerate(requests)],
+            "initContainers": [c(f"i{i}", m) for i, m in enumerate(init)]
+            + [c(f"s{i}", m, restartPolicy="Always") for i, m in enumerate(sidecars)]}
+    if overhead:
+        spec["overhead"] = {"memory": overhead}
+    if pod_level:
+        spec["resources"] = {"requests": {"memory": pod_level}}
+    return {"metadata": {"name": "web-mem", "namespace": "shop"}, "spec": spec}
+
+
+def publish_memory(store, name, frac, *, allocatable=16 * 2**30, age=5.0, zone="zone-a", now=None):
+    now = time.time() if now is None else now
+    values = [frac] * 15 if isinstance(frac, float) else list(frac)
+    store.publish(make_forecast(
+        f"node-memory/{name}", origin=now - age, step_seconds=60, mean=[v * 0.95 for v in values],
+        quantiles={"p50": [v * 0.95 for v in values], "p90": values}, model="ar", generated_at=now - age,
+        observed=((now - age, values[0] * 0.95),),
+        meta={"kind": "NodeMemory", "node": name, "zone": zone, "memory_bytes": float(allocatable), "capacity": "allocatable"},
+    ))
 
 
 @pytest.fixture
@@ -273,14 +299,18 @@ def test_a_forecast_turning_stale_triggers_a_store_read_to_pick_up_its_replaceme
     assert counting.reads == 2 and second.loads["aging"].hot
 
 
-def test_filter_and_the_shared_split_hot_rule_agree(store):
+@pytest.mark.parametrize("request_mib", [0, 512, 3 * 1024, 6 * 1024, 64 * 1024])
+def test_filter_and_the_shared_split_hot_rule_agree_for_any_memory_request(store, request_mib):
     from forecaster.nodes import split_hot
 
+    publish_memory(store, "warm", 0.80)  # 16 GiB allocatable: 1.6 GiB of room under 0.9
+    publish_memory(store, "cool", 0.50)
+    publish_memory(store, "hot", 0.95)  # memory full as well as CPU hot
     client, ext = make_client(store)
     names = ["warm", "hot", "cool", "never-seen", "calm-b"]
-    body = client.post("/scheduler/filter", json=names_args(names)).json()
-    passed, failed = split_hot(names, ext.cache.get().loads, ext.settings.threshold)
-    assert body["nodenames"] == passed and set(body["failedNodes"]) == set(failed)
+    body = client.post("/scheduler/filter", json=names_args(names, pod=pod_with_memory(f"{request_mib}Mi"))).json()
+    passed, failed = split_hot(names, ext.cache.get().loads, ext.scoring, request_mib * 2**20)
+    assert body["nodenames"] == passed and body["failedNodes"] == failed
 
 
 def test_placement_api_lists_node_and_zone_scores_with_reasons_and_affinity(store):
@@ -396,3 +426,114 @@ def test_large_full_node_bodies_are_answered_the_same_off_the_event_loop(store, 
     offloaded = client.post("/scheduler/filter", json=nodes_args(objs)).json()
     assert len(calls) == 1
     assert offloaded == small and [n["metadata"]["name"] for n in offloaded["nodes"]["items"]] == ["cool"]
+
+
+# -- memory ------------------------------------------------------------------------------------
+
+
+def test_prioritize_prefers_the_node_with_memory_headroom_when_cpu_is_equal():
+    s = MemoryForecastStore()
+    for n in ("mem-tight", "mem-roomy", "mem-unknown"):
+        publish_node(s, n, 0.30)
+    publish_memory(s, "mem-tight", 0.75)
+    publish_memory(s, "mem-roomy", 0.25)
+    client, _ = make_client(s)
+    names = ["mem-tight", "mem-roomy", "mem-unknown"]
+    for pod in (POD, pod_with_memory("1Gi")):
+        score = {h["host"]: h["score"] for h in client.post("/scheduler/prioritize", json=names_args(names, pod=pod)).json()}
+        assert score["mem-roomy"] > score["mem-tight"], score
+        assert score["mem-unknown"] == score["mem-roomy"]  # CPU only: 1 - 0.3 = 7, memory 0.75 free -> CPU binds
+    # a big pod tells them apart further: 8 GiB on 16 GiB allocatable
+    score = {h["host"]: h["score"] for h in client.post("/scheduler/prioritize", json=names_args(names, pod=pod_with_memory("8Gi"))).json()}
+    assert score == {"mem-tight": 0, "mem-roomy": 3, "mem-unknown": 7}  # 1 - 0.25 - 0.5 = 0.25 -> 3 (half up)
+
+
+def test_filter_drops_a_node_whose_predicted_memory_plus_the_request_exceeds_allocatable_headroom():
+    s = MemoryForecastStore()
+    for n in ("a", "b"):
+        publish_node(s, n, 0.30)
+    publish_memory(s, "a", 0.70)  # 0.9 x 16 GiB - 0.7 x 16 GiB = 3.2 GiB of room
+    publish_memory(s, "b", 0.20)
+    client, _ = make_client(s)
+    small = client.post("/scheduler/filter", json=names_args(["a", "b"], pod=pod_with_memory("1Gi", "1Gi"))).json()
+    assert small["nodenames"] == ["a", "b"] and small["failedNodes"] == {}
+    big = client.post("/scheduler/filter", json=names_args(["a", "b"], pod=pod_with_memory("2Gi", "2Gi"))).json()
+    assert big["nodenames"] == ["b"] and list(big["failedNodes"]) == ["a"]
+    msg = big["failedNodes"]["a"]
+    assert "memory 11.20 GiB + request 4.00 GiB" in msg and "0.9 of allocatable 16.00 GiB" in msg
+    # whole Node objects mode: the same answer, objects echoed
+    full = client.post("/scheduler/filter", json=nodes_args([node_object("a", "zone-a"), node_object("b", "zone-a")],
+                                                            pod=pod_with_memory("4Gi"))).json()
+    assert [n["metadata"]["name"] for n in full["nodes"]["items"]] == ["b"] and list(full["failedNodes"]) == ["a"]
+    # nobody fits: drop none (the scheduler's own NodeResourcesFit still applies)
+    huge = client.post("/scheduler/filter", json=names_args(["a", "b"], pod=pod_with_memory("64Gi"))).json()
+    assert huge["nodenames"] == ["a", "b"] and huge["failedNodes"] == {}
+
+
+def test_without_memory_forecasts_the_extender_answers_on_cpu_alone_and_says_so(store):
+    client, _ = make_client(store)  # the fixture publishes CPU forecasts only
+    f = client.post("/scheduler/filter", json=names_args(["hot", "cool"], pod=pod_with_memory("2Gi"))).json()
+    assert f["nodenames"] == ["cool"] and "judged on CPU only" in f["failedNodes"]["hot"]
+    before = client.post("/scheduler/prioritize", json=names_args(["hot", "cool"])).json()
+    assert client.post("/scheduler/prioritize", json=names_args(["hot", "cool"], pod=pod_with_memory("2Gi"))).json() == before
+    doc = client.get("/api/v1/placement").json()
+    assert doc["score_basis"] == {"cpu": 4}
+    assert all("scored on CPU only" in n["reason"] and n["memory_status"] == "unknown" for n in doc["nodes"])
+
+
+def test_the_placement_api_shows_memory_beside_cpu_and_what_a_pod_of_a_given_size_would_get(store):
+    publish_memory(store, "cool", 0.85)
+    client, _ = make_client(store)
+    doc = client.get("/api/v1/placement", params={"memory_request": "1Gi"}).json()
+    cool = next(n for n in doc["nodes"] if n["node"] == "cool")
+    assert cool["memory_status"] == "ok" and cool["memory_load"] == pytest.approx(0.85) and cool["memory_bytes"] == 16 * 2**30
+    assert cool["memory_series_id"] == "node-memory/cool" and cool["basis"] == "cpu+memory"
+    assert "memory: p90 max over the next 300 s is 0.85" in cool["reason"]
+    assert cool["pod_score"] == 1 and "request 1.00 GiB" in cool["pod_filter_reason"]  # 1 - 0.85 - 1/16
+    assert doc["score_basis"] == {"cpu": 3, "cpu+memory": 1} and doc["memory_request_bytes"] == 2**30
+    bad = client.get("/api/v1/placement", params={"memory_request": "lots"})
+    assert bad.status_code == 400 and "memory_request" in bad.json()["error"]
+
+
+def test_the_pods_memory_request_is_computed_like_the_schedulers_node_resources_fit():
+    from adapter.scheduler.podrequest import pod_memory_request
+
+    mi = 2**20
+    assert pod_memory_request(None) == 0 and pod_memory_request(POD) == 0  # best effort
+    assert pod_memory_request(pod_with_memory("256Mi", "256Mi")) == 512 * mi
+    # a regular init container runs alone (with the sidecars started before it): the max counts
+    assert pod_memory_request(pod_with_memory("256Mi", init=["1Gi"])) == 1024 * mi
+    # a sidecar runs beside the containers: it adds
+    assert pod_memory_request(pod_with_memory("256Mi", sidecars=["128Mi"])) == 384 * mi
+    assert pod_memory_request(pod_with_memory("256Mi", overhead="64Mi")) == 320 * mi
+    assert pod_memory_request(pod_with_memory("256Mi", pod_level="1Gi", overhead="64Mi")) == 1088 * mi
+    assert pod_memory_request(pod_with_memory("1G")) == 1e9 and pod_memory_request(pod_with_memory("1500M")) == 1.5e9
+
+
+def test_a_malformed_memory_request_is_a_400_naming_the_field_path(store):
+    client, _ = make_client(store)
+    for verb in ("filter", "prioritize"):
+        r = client.post(f"/scheduler/{verb}", json=names_args(["cool"], pod=pod_with_memory("256Mi", "lots")))
+        assert r.status_code == 400
+        assert "Pod.spec.containers[1].resources.requests.memory" in r.json()["error"]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_fast_per_pod_answers_equal_the_exact_rule_for_every_node_and_request(seed):
+    import random
+
+    from adapter.scheduler.answers import prioritize_answer
+    from forecaster.nodes import score_for_pod
+
+    rng = random.Random(seed)
+    s = MemoryForecastStore()
+    names = [f"n{i}" for i in range(60)]
+    for n in names:
+        publish_node(s, n, rng.random())
+        if rng.random() < 0.8:
+            publish_memory(s, n, rng.random(), allocatable=rng.choice([4, 16, 64]) * 2**30)
+    _, ext = make_client(s)
+    snap = ext.cache.get()
+    for request in [0.0] + [rng.uniform(0, 48) * 2**30 for _ in range(30)]:
+        got = {h["host"]: h["score"] for h in json.loads(prioritize_answer(snap, names, request))}
+        assert got == {n: score_for_pod(snap.loads[n], request) for n in names}

@@ -1,5 +1,5 @@
-"""Node-load forecasts (forecaster/nodes.py): the join, training against a real Prometheus,
-and the pure scoring/affinity rules shared by the extender and the warm pool."""
+"""Node-load forecasts (forecaster/nodes/): the join, CPU and memory training against a real
+Prometheus, and the pure scoring/affinity rules shared by the extender and the warm pool."""
 
 from __future__ import annotations
 
@@ -18,19 +18,22 @@ from forecaster.nodes import (
     NodeForecastSettings,
     NodeInventory,
     NodeScoreSettings,
+    NodeTrainReport,
     assess_nodes,
+    build_memory_forecasts,
     forecast_utilization,
     instance_host,
     labels_from_series_name,
     preferred_node_affinity,
     score_for_load,
+    score_for_pod,
     split_hot,
     train_nodes_once,
     window_max,
 )
 from forecaster.sources.prometheus import PrometheusSource, series_name
 from forecaster.store import MemoryForecastStore, make_forecast
-from tests.scheduler.cluster import NODES, build_families
+from tests.scheduler.cluster import MEMORY_PER_CORE, NODES, build_families, memory_fraction
 
 NOW = 1_800_000_000.0
 
@@ -101,7 +104,10 @@ def test_training_publishes_node_and_zone_forecasts_that_start_from_the_real_uti
     known = [n for n in NODES if n.in_inventory]
     assert report.nodes == sorted(n.name for n in known)
     assert report.unresolved == ["10.9.9.9:9100"]  # the ghost instance is reported, not invented
-    assert store.list_series() == sorted([f"node/{n.name}" for n in known] + ["zone/zone-a", "zone/zone-b"])
+    with_memory = [n for n in known if n.memory_trace]
+    assert store.list_series() == sorted([f"node/{n.name}" for n in known] + ["zone/zone-a", "zone/zone-b"]
+                                         + [f"node-memory/{n.name}" for n in with_memory])
+    assert report.memory_nodes == [n.name for n in with_memory] and report.memory_error == ""
     for node in known:
         fc = store.latest(f"node/{node.name}")
         assert fc.meta == {"kind": "Node", "node": node.name, "zone": node.zone, "instance": node.instance, "cpu_cores": float(node.cores)}
@@ -156,10 +162,11 @@ def test_hot_nodes_are_split_off_with_a_reason_unless_every_candidate_is_hot():
     loads, _ = assess_nodes(
         {"node/cool": node_fc("cool", [0.2] * 5), "node/hot": node_fc("hot", [0.7, 0.9, 0.95, 0.9, 0.9])}, NOW, NodeScoreSettings()
     )
-    passed, failed = split_hot(["hot", "cool", "unknown"], loads, 0.85)
+    passed, failed = split_hot(["hot", "cool", "unknown"], loads, NodeScoreSettings())
     assert passed == ["cool", "unknown"]
     assert set(failed) == {"hot"} and "0.95" in failed["hot"] and "0.85" in failed["hot"]
-    assert split_hot(["hot"], loads, 0.85) == (["hot"], {})
+    assert "judged on CPU only" in failed["hot"]  # no memory forecast: said, not hidden
+    assert split_hot(["hot"], loads, NodeScoreSettings()) == (["hot"], {})
 
 
 def test_stale_and_fallback_forecasts_are_neutral_or_observed_never_hot_from_old_data():
@@ -257,6 +264,8 @@ def test_the_node_schedule_publishes_each_tick_and_survives_a_failing_cycle():
         calls = 0
 
         def fetch(self, query, start, end, step):
+            if query != NodeForecastSettings().query:  # memory: this fake node exports none
+                return pd.DataFrame({"series_id": [], "timestamp": pd.to_datetime([], utc=True), "value": []})
             Source.calls += 1
             if Source.calls == 2:
                 raise SourceUnavailable("prometheus restarting")
@@ -280,3 +289,138 @@ def test_the_node_schedule_publishes_each_tick_and_survives_a_failing_cycle():
     assert slept[0] == pytest.approx(53.0)  # aligned to the next minute
     fc = store.latest("node/w1")
     assert fc.generation == 2 and fc.meta["zone"] == ""  # cycles 1 and 3 published, 2 failed
+
+
+# -- memory ------------------------------------------------------------------------------------
+
+
+def mem_fc(name, frac, *, allocatable=16 * 2**30, age=10.0, zone="z", status="ok"):
+    values = [frac] * 10 if isinstance(frac, float) else list(frac)
+    return make_forecast(
+        f"node-memory/{name}", origin=NOW - age, step_seconds=60, mean=values, quantiles={"p90": values},
+        model="ar", generated_at=NOW - age, observed=((NOW - age, values[0]),), status=status,
+        meta={"kind": "NodeMemory", "node": name, "zone": zone, "memory_bytes": allocatable},
+    )
+
+
+def test_memory_forecasts_from_a_real_prometheus_are_fractions_of_allocatable_even_across_a_scrape_gap(cluster, trace_slice):
+    srv, end, truth = cluster
+    store = MemoryForecastStore()
+    settings = NodeForecastSettings(step_seconds=300, history_seconds=6 * 3600, horizon_seconds=900)
+    report = train_nodes_once(PrometheusSource(srv.url), store, now=end, settings=settings)
+    src = PrometheusSource(srv.url)
+    raw = src.fetch(settings.memory_query, end - settings.history_seconds, end, 300)
+    gap_node = next(n for n in NODES if n.memory_gap)
+    gap_values = raw[raw["series_id"].str.contains(gap_node.instance, regex=False)]["value"]
+    assert gap_values.isna().sum() >= 5  # the range query really has holes for that node
+    for node in (n for n in NODES if n.in_inventory and n.memory_trace):
+        fc = store.latest(f"node-memory/{node.name}")
+        assert fc.meta["memory_bytes"] == float(node.cores * MEMORY_PER_CORE) and fc.meta["capacity"] == "allocatable"
+        expected = memory_fraction(trace_slice, node, 8 * 12)[-1]
+        assert fc.observed[-1][1] == pytest.approx(expected, abs=1e-6)  # used / allocatable, not / MemTotal
+        for values in (fc.mean, *fc.quantiles.values(), [v for _, v in fc.observed]):
+            assert all(math.isfinite(v) and 0.0 <= v <= 1.0 for v in values)
+    assert "node-memory/node-d" not in store.list_series()  # node-d exports no memory: none invented
+    assert "node-memory/ghost" not in store.list_series()
+    assert report.memory_nodes == ["node-a", "node-b", "node-c"]
+
+
+def test_memory_history_with_gaps_nan_and_bad_capacity_never_becomes_a_served_nan():
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from adapter.scheduler import register_scheduler_routes
+    from forecaster.nodes import NodeInventory
+
+    ts = NOW - 60.0 * np.arange(120)[::-1]
+    gib = float(2**30)
+    ramp = np.linspace(4, 12, 120) * gib
+    leading = ramp.copy()
+    leading[:30] = np.nan
+    holes = ramp.copy()
+    holes[10:40] = np.nan
+    holes[-3:-1] = np.inf  # a broken exporter sample
+    history = {
+        "leading-nan": (ts, leading), "holes": (ts, holes), "all-nan": (ts, np.full(120, np.nan)),
+        "zero-capacity": (ts, ramp), "nan-capacity": (ts, ramp), "no-capacity": (ts, ramp),
+    }
+    capacities = {n: (16 * gib, "allocatable") for n in ("leading-nan", "holes", "all-nan")}
+    from forecaster.nodes import memory_capacities
+
+    capacities.update(memory_capacities({"zero-capacity": 0.0, "nan-capacity": float("nan")}, {}, NodeInventory()))
+    report = NodeTrainReport()
+    fcs = build_memory_forecasts(history, NodeInventory(), capacities, NOW, NodeForecastSettings(model="ar", horizon_seconds=600), report)
+    assert sorted(fc.meta["node"] for fc in fcs) == ["holes", "leading-nan"]
+    assert set(report.skipped) == {"node-memory/all-nan", "node-memory/zero-capacity", "node-memory/nan-capacity", "node-memory/no-capacity"}
+    assert "no observations" in report.skipped["node-memory/all-nan"]
+    assert "no memory capacity" in report.skipped["node-memory/zero-capacity"]
+    for fc in fcs:
+        for values in (fc.mean, *fc.quantiles.values(), [v for _, v in fc.observed]):
+            assert all(math.isfinite(v) and 0.0 <= v <= 1.0 for v in values), (fc.series_id, values)
+    # served: the placement API (JSON refuses NaN) and the scores stay finite integers
+    store = MemoryForecastStore()
+    for fc in fcs:
+        store.publish(make_forecast(fc.series_id, origin=time.time() - 5, step_seconds=60, mean=fc.mean, quantiles=fc.quantiles,
+                                    model=fc.model, generated_at=time.time() - 5, observed=((time.time() - 5, fc.observed[-1][1]),),
+                                    meta=fc.meta))
+    app = FastAPI()
+    register_scheduler_routes(app, store)
+    client = TestClient(app)
+    doc = client.get("/api/v1/placement", params={"memory_request": "1Gi"}).json()
+    assert {n["node"] for n in doc["nodes"]} == {"holes", "leading-nan"}
+    for row in doc["nodes"]:
+        assert math.isfinite(row["memory_load"]) and isinstance(row["pod_score"], int) and row["basis"] == "memory"
+    hp = client.post("/scheduler/prioritize", json={"Pod": None, "NodeNames": ["holes", "leading-nan", "all-nan"]}).json()
+    assert all(isinstance(h["score"], int) and 0 <= h["score"] <= 10 for h in hp)
+
+
+def test_the_score_is_the_minimum_of_the_cpu_and_memory_free_fractions():
+    s = NodeScoreSettings(zone_weight=0.0)
+    fcs = {
+        "node/roomy": node_fc("roomy", [0.4] * 5), "node-memory/roomy": mem_fc("roomy", 0.2),
+        "node/tight": node_fc("tight", [0.4] * 5), "node-memory/tight": mem_fc("tight", 0.8),
+        # idle CPU does not make up for memory about to run out (a weighted mean would say 0.475)
+        "node/lopsided": node_fc("lopsided", [0.1] * 5), "node-memory/lopsided": mem_fc("lopsided", 0.95 - 1e-9),
+    }
+    loads, _ = assess_nodes(fcs, NOW, s)
+    assert loads["roomy"].score == 6 and loads["roomy"].basis == "cpu+memory"  # min(0.6, 0.8)
+    assert loads["tight"].score == 2  # min(0.6, 0.2)
+    assert loads["lopsided"].score == 1 and loads["lopsided"].memory_full  # min(0.9, 0.05) -> 0.5 -> 1; above 0.9
+    assert loads["lopsided"].hot and not loads["lopsided"].cpu_hot
+    # a pod's memory request lowers only the memory side
+    assert score_for_pod(loads["roomy"], 8 * 2**30) == 3  # memory 1 - 0.2 - 8/16 = 0.3; CPU 0.6
+    assert score_for_pod(loads["roomy"], 2 * 2**30) == 6  # memory 0.675 > CPU 0.6: CPU binds
+    assert score_for_pod(loads["roomy"], 0) == loads["roomy"].score
+
+
+def test_a_missing_or_stale_memory_forecast_degrades_to_cpu_only_and_says_so():
+    s = NodeScoreSettings(zone_weight=0.0, max_forecast_age_seconds=300)
+    fcs = {"node/a": node_fc("a", [0.3] * 5), "node/b": node_fc("b", [0.3] * 5), "node-memory/b": mem_fc("b", 0.99, age=3600.0),
+           "node-memory/c": mem_fc("c", 0.5)}
+    loads, _ = assess_nodes(fcs, NOW, s)
+    assert loads["a"].score == loads["a"].cpu_score == 7 and loads["a"].basis == "cpu"
+    assert "memory: no forecast for node-memory/a: scored on CPU only" in loads["a"].reason
+    assert loads["b"].score == 7 and loads["b"].basis == "cpu" and loads["b"].memory_status == "stale"
+    assert "stale" in loads["b"].reason and "scored on CPU only" in loads["b"].reason and not loads["b"].hot
+    # memory known, CPU not: CPU counts as neutral, memory may only lower the score
+    assert loads["c"].basis == "memory" and loads["c"].score == NEUTRAL_SCORE
+    assert score_for_pod(loads["c"], 6 * 2**30) == 1  # 1 - 0.5 - 0.375 = 0.125 -> 1
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(st.floats(0, 1), st.floats(0, 1), st.floats(0, 64 * 2**30), st.floats(0, 64 * 2**30))
+def test_pod_scores_never_rise_with_the_memory_request_and_never_exceed_the_cpu_score(cpu, mem, r1, r2):
+    fcs = {"node/n": node_fc("n", [cpu] * 5), "node-memory/n": mem_fc("n", mem)}
+    nl = assess_nodes(fcs, NOW, NodeScoreSettings(zone_weight=0.0))[0]["n"]
+    lo, hi = min(r1, r2), max(r1, r2)
+    assert 0 <= score_for_pod(nl, hi) <= score_for_pod(nl, lo) <= nl.cpu_score <= MAX_SCORE
+    assert score_for_pod(nl, 0.0) == nl.score
+
+
+def test_bad_memory_settings_name_the_field():
+    with pytest.raises(UserError) as e:
+        NodeScoreSettings(memory_threshold=0)
+    assert "memory_threshold" in str(e.value)
+    with pytest.raises(UserError) as e:
+        NodeForecastSettings(memory_query=None)
+    assert "memory_query" in str(e.value)
