@@ -14,6 +14,8 @@
   into ``--cert-dir``), so ``curl -k`` works right away.
 - Warm pool: an example policy with real crun containers when crun works here, the simulated
   backend otherwise (it says which).
+- A table per workload (foresight/uptable.py: model, forecast age, observed and served value,
+  source, replicas), redrawn in place on a terminal, appended at each refresh otherwise.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-serve", action="store_true", help="do not serve HTTPS (forecasts only)")
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0 = run until Ctrl-C)")
     p.add_argument("--once", action="store_true", help="fit, publish one round of forecasts, print them, exit")
+    p.add_argument("--no-live", action="store_true",
+                   help="append the table at each refresh instead of redrawing it in place (the default off a terminal)")
     p.set_defaults(func=run_up)
 
 
@@ -282,6 +286,31 @@ def _start_warmpool(args, store):
     return start_embedded(store, args.policy, port=args.warmpool_port)
 
 
+def _run_until_stopped(args, fc: Forecasting, board, clock: Clock, last: float, wall0: float) -> None:
+    """Refresh every ``--refresh-seconds`` and redraw the table (every second on a terminal,
+    where the ages tick; after each refresh otherwise) until SIGTERM, --duration or the end of
+    the traces."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    deadline = wall0 + args.duration if args.duration > 0 else math.inf
+    next_refresh = time.time() + args.refresh_seconds
+    while not stop.is_set() and time.time() < deadline:
+        wake = min(next_refresh, deadline, time.time() + 1.0 if board.table.live else math.inf)
+        stop.wait(max(0.0, wake - time.time()))
+        if stop.is_set() or time.time() >= deadline:
+            break
+        if clock.trace_now(time.time()) > last:
+            print("foresight up: reached the end of the bundled traces")
+            break
+        if time.time() >= next_refresh:
+            try:
+                fc.refresh_all()
+            except Exception as exc:  # noqa: BLE001 - keep serving; the adapter falls back on stale data
+                log.warning("forecast refresh failed: %s: %s", exc.__class__.__name__, exc)
+            next_refresh = time.time() + args.refresh_seconds
+        board.draw(time.time())
+
+
 def run_up(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -309,7 +338,7 @@ def run_up(args: argparse.Namespace) -> int:
 
     fc = Forecasting(store, workloads, clock, tuple(m for m in args.models.split(",") if m))
     fc.fit_all()
-    published = fc.refresh_all()
+    fc.refresh_all()
 
     handles = []
     if not args.no_serve and not args.once:
@@ -337,29 +366,17 @@ def run_up(args: argparse.Namespace) -> int:
         except ImportError as exc:
             print(f"  warm pool: not available in this build ({exc})")
 
-    for f in published:
-        p90 = f.quantiles.get("p90", f.mean)
-        print(f"  {f.series_id:<28} model={f.model:<16} observed={f.observed[-1][1] if f.observed else float('nan'):7.3f} cores"
-              f"  p90 next hour max={max(p90):7.3f}  status={f.status}{' (' + f.reason + ')' if f.reason else ''}")
+    from foresight.uptable import Board, LiveTable, title
+
+    board = Board(store, [w.series_id for w in workloads],
+                  LiveTable(sys.stdout, live=not (args.once or args.no_live) and sys.stdout.isatty()),
+                  lambda now: title(now, args.refresh_seconds, args.speed, running=not args.once))
+    print(flush=True)
+    board.draw(time.time())
     if args.once:
         return 0
-
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *a: stop.set())
-    deadline = wall0 + args.duration if args.duration > 0 else math.inf
-    print("  running; Ctrl-C to stop", flush=True)
     try:
-        while not stop.is_set() and time.time() < deadline:
-            stop.wait(min(args.refresh_seconds, max(0.0, deadline - time.time())))
-            if stop.is_set() or time.time() >= deadline:
-                break
-            if clock.trace_now(time.time()) > last:
-                print("foresight up: reached the end of the bundled traces")
-                break
-            try:
-                fc.refresh_all()
-            except Exception as exc:  # noqa: BLE001 - keep serving; the adapter falls back on stale data
-                log.warning("forecast refresh failed: %s: %s", exc.__class__.__name__, exc)
+        _run_until_stopped(args, fc, board, clock, last, wall0)
     except KeyboardInterrupt:
         pass
     finally:
