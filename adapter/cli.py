@@ -185,7 +185,9 @@ def run(args: argparse.Namespace) -> int:
     kw = dict(
         client_ca_file=settings.auth.requestheader_ca_file,
         workers=args.workers,
-        log_level="debug" if getattr(args, "verbose", False) else "warning",
+        # uvicorn sets its access logger to this level, and access lines are INFO: at "warning"
+        # --access-log would log nothing
+        log_level="debug" if getattr(args, "verbose", False) else "info" if args.access_log else "warning",
         access_log=args.access_log,
     )
     scheduler = None

@@ -108,11 +108,12 @@ def test_every_long_running_command_takes_log_format_before_or_after_its_name(co
 
 
 def test_foresight_serve_logs_json_lines_for_uvicorn_and_every_request(tmp_path):
+    """--access-log alone (no -v) logs every request."""
     port = free_port()
     err = tmp_path / "stderr"
     with open(err, "w") as f:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "foresight", "-v", "serve", "--store=memory://", "--plain-http", "--host=127.0.0.1",
+            [sys.executable, "-m", "foresight", "serve", "--store=memory://", "--plain-http", "--host=127.0.0.1",
              f"--port={port}", "--access-log", "--log-format", "json"],
             stdout=subprocess.DEVNULL, stderr=f, cwd=ROOT)
     try:
