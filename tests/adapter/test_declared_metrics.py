@@ -20,13 +20,14 @@ from tests.adapter.helpers import EXT, sample_forecast
 NOW = 1_800_000_000.0
 
 
-def rps_forecast(ns="shop", name="checkout", p90=(100.0, 120.0, 140.0), observed=80.0, ready_pods=4, capacity=40.0):
+def rps_forecast(ns="shop", name="checkout", p90=(100.0, 120.0, 140.0), observed=80.0, ready_pods=4, capacity=40.0,
+                 now=NOW, metric="rps"):
     return make_forecast(
-        f"{ns}/{name}/rps", origin=NOW, step_seconds=60.0, mean=[v * 0.8 for v in p90],
-        quantiles={"p50": [v * 0.8 for v in p90], "p90": list(p90)}, model="ets", generated_at=NOW,
-        backtest_error=0.2, observed=((NOW - 60, observed * 0.9), (NOW, observed)),
+        f"{ns}/{name}/{metric}", origin=now, step_seconds=60.0, mean=[v * 0.8 for v in p90],
+        quantiles={"p50": [v * 0.8 for v in p90], "p90": list(p90)}, model="ets", generated_at=now,
+        backtest_error=0.2, observed=((now - 60, observed * 0.9), (now, observed)),
         meta={"namespace": ns, "workload": name, "kind": "Deployment", "labels": {"tier": "web"},
-              "ready_pods": ready_pods, "metric": "rps", "capacity_per_replica": capacity})
+              "ready_pods": ready_pods, "metric": metric, "capacity_per_replica": capacity})
 
 
 def client_for(*forecasts, settings=None, demand=None):
@@ -142,3 +143,44 @@ def test_serve_with_a_config_knows_the_declared_metrics_and_their_queries(tmp_pa
     assert settings.workload_metrics == {"shop/checkout": {"rps": 40.0}}
     assert reader.knows("shop/checkout/rps") and reader.knows("shop/checkout")
     assert reader.workloads["shop/checkout/rps"].demand_query == "sum(rate(http_requests_total[2m]))"
+
+
+def test_foresight_serve_with_a_config_serves_a_declared_metric_over_https(redis_url, tmp_path):
+    """The real process: --config names the metric, Redis holds its series and one more metric
+    the trainer published for another workload (discovery lists it without a restart)."""
+    import httpx
+
+    from forecaster.store import RedisForecastStore
+    from tests.adapter.helpers import ServeProcess
+    from tests.stack import free_port
+
+    cfg = tmp_path / "workloads.yaml"
+    cfg.write_text(
+        f"source: {{url: 'prometheus://127.0.0.1:1'}}\nstore: {{url: '{redis_url}'}}\n"
+        "workloads:\n  - namespace: shop\n    name: checkout\n"
+        "    metrics: [{name: rps, query: 'sum(rate(http_requests_total[2m]))', capacity_per_replica: 40}]\n"
+    )
+    now = time.time()
+    store = RedisForecastStore(redis_url)
+    store.publish(sample_forecast(now=now))
+    store.publish(rps_forecast(now=now, p90=(100.0, 100.0, 100.0)))
+    store.publish(sample_forecast("shop", "worker", now=now))
+    store.publish(rps_forecast(name="worker", metric="queue_depth", now=now, p90=(30.0, 30.0, 30.0), observed=20.0,
+                               capacity=5.0, ready_pods=2))
+    port = free_port()
+    proc = ServeProcess(["--config", str(cfg), "--cert-dir", str(tmp_path / "certs")], port, tmp_path / "serve.log")
+    try:
+        proc.wait_ready()
+        base = f"https://127.0.0.1:{port}{EXT}"
+        with httpx.Client(verify=False) as c:
+            names = [r["name"] for r in c.get(base).json()["resources"]]
+            rps = c.get(f"{base}/namespaces/shop/predicted_rps_ratio", params={"labelSelector": "workload=checkout"})
+            queue = c.get(f"{base}/namespaces/shop/predicted_queue_depth", params={"labelSelector": "workload=worker"})
+    finally:
+        proc.stop()
+        store.close()
+    assert names == ["predicted_cpu_load_ratio", "predicted_cpu_cores", "predicted_queue_depth",
+                     "predicted_queue_depth_ratio", "predicted_rps", "predicted_rps_ratio"]
+    assert rps.status_code == 200, rps.text
+    assert float(parse_quantity(rps.json()["items"][0]["value"])) == pytest.approx(100 / 160, abs=1e-3)
+    assert float(parse_quantity(queue.json()["items"][0]["value"])) == pytest.approx(30.0, abs=1e-3)
