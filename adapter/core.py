@@ -211,7 +211,7 @@ class AdapterCore:
             self._selectors[selector_text] = selector
         matched = self.match(ns, selector)
         if declared is not None:  # only the workloads that declare it
-            matched = [m for m in matched if declared[0] in self.declared.of(m[0])]
+            matched = [m for m in matched if self.declared.declares(m[0], declared[0])]
         if not matched:
             return 404, status_body(
                 404, f"the server could not find the metric {metric} for namespace {ns} with selector "

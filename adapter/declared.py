@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from adapter.metrics import NoData, ServedValue, served_demand, served_demand_ratio
 from forecaster.predicted import metric_series_id, served_metric, served_names
-from forecaster.store import Forecast, StoreUnavailable
+from forecaster.store import Forecast, StoreError, StoreUnavailable
 
 if TYPE_CHECKING:  # pragma: no cover
     from adapter.core import AdapterCore
@@ -46,11 +46,28 @@ class DeclaredMetrics:
         """(metric, is_ratio) of a served name, or None when no such metric is declared."""
         if not external.startswith("predicted_"):
             return None
-        return served_metric(external, set(self.names()))
+        got = served_metric(external, set(self.names()))
+        if got is None:
+            try:  # a request right after start may come before the first index build
+                self.core.cache.ensure_index()
+            except StoreError:
+                return None
+            got = served_metric(external, set(self.names()))
+        return got
 
     def of(self, sid: str) -> list[str]:
-        """The metrics workload ``sid`` declares."""
+        """The metrics workload ``sid`` declares (as far as the index has seen)."""
         return sorted(set(self.configured.get(sid, {})) | self.core.cache.metrics_of(sid))
+
+    def declares(self, sid: str, metric: str) -> bool:
+        """Whether workload ``sid`` declares ``metric``: configured, indexed, or published since
+        the last index build (one cached read of its series)."""
+        if metric in self.configured.get(sid, {}) or metric in self.core.cache.metrics_of(sid):
+            return True
+        try:
+            return self.core.cache.get(metric_series_id(sid, metric)) is not None
+        except StoreUnavailable:
+            return False
 
     def served(self, metric: str, ratio: bool, sid: str, cpu_fc: Forecast | None, store_down: bool, now: float,
                pending: list[Future] | None = None) -> ServedValue:

@@ -184,3 +184,21 @@ def test_foresight_serve_with_a_config_serves_a_declared_metric_over_https(redis
     assert rps.status_code == 200, rps.text
     assert float(parse_quantity(rps.json()["items"][0]["value"])) == pytest.approx(100 / 160, abs=1e-3)
     assert float(parse_quantity(queue.json()["items"][0]["value"])) == pytest.approx(30.0, abs=1e-3)
+
+
+def test_a_workload_that_starts_declaring_a_known_metric_is_served_before_the_next_index_build():
+    from adapter.settings import CacheSettings
+
+    store = MemoryForecastStore()
+    store.publish(sample_forecast(now=NOW))
+    store.publish(rps_forecast())
+    settings = AdapterSettings(cache=CacheSettings(index_refresh_seconds=3600))
+    with TestClient(create_app(settings, store, clock=lambda: NOW)) as c:
+        assert c.get(url("predicted_rps", "workload=checkout")).status_code == 200  # the index is built
+        assert c.app.state.core.cache.metrics_of("shop/cart") == set()
+        store.publish(sample_forecast("shop", "cart", now=NOW))
+        store.publish(rps_forecast(name="cart", p90=(7.0, 7.0, 7.0), observed=5.0))
+        r = c.get(url("predicted_rps", "workload=cart"))
+        assert c.app.state.core.cache.metrics_of("shop/cart") == {"rps"}  # learnt from that read
+    assert r.status_code == 200, r.text
+    assert float(parse_quantity(r.json()["items"][0]["value"])) == pytest.approx(7.0, abs=1e-3)
