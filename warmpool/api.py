@@ -90,6 +90,8 @@ def create_app(controller: "Controller", auth=None):
             raise HTTPException(404, str(exc)) from None
         except NotClaimed as exc:
             raise HTTPException(409, str(exc)) from None
+        except ClaimFailed as exc:  # the backend could not persist the lease: the old one stands
+            raise HTTPException(503, str(exc), headers={"Retry-After": "1"}) from None
 
     @app.get("/api/v1/pools")
     def pools():

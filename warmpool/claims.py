@@ -1,5 +1,15 @@
 """Claim and release: one warm container to exactly one caller, a cold start otherwise.
-Part of ``warmpool.controller.Controller`` (the same locks and pool state)."""
+Part of ``warmpool.controller.Controller`` (the same locks and pool state).
+
+Leases: a claim holds its container until ``lease_seconds`` after the claim or the last
+renewal; then the reconcile step releases or deletes it (``on_lease_expiry``). The expiry is
+persisted by the backend with the container (an annotation on the pod, the crun metadata
+file), in the same call as the claim, so a restarted controller reads each claim's lease back
+from ``Backend.list``: it neither frees a claimed container early nor, when it restarts more
+often than ``lease_seconds``, keeps it forever. ``st.leases`` is the in-memory index of those
+expiries. A claimed container with no persisted lease (claimed by an older controller) gets
+one from the moment it is adopted, written back at once.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +17,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from forecaster.errors import UserError
 from warmpool.backends.base import BackendError, ClaimConflict
@@ -80,10 +91,12 @@ class Claims:
         OpenWhisk does); with none warm, start one cold (or raise NoWarmContainer)."""
         t0 = time.perf_counter()
         st = self._state(pool)
-        got = self._claim_warm(st)
+        lease = st.spec.lease_seconds
+        expires = self.clock() + lease
+        got = self._claim_warm(st, expires)
         if got is None and st.has_creating:
             self._promote_ready(st)
-            got = self._claim_warm(st)
+            got = self._claim_warm(st, expires)
         cold = got is None
         with self._lock:
             st.decay = st.decay.on_cold_start() if cold else st.decay.on_warm_claim()
@@ -92,32 +105,97 @@ class Claims:
             if not allow_cold:
                 raise NoWarmContainer(f"pool {pool!r} has no warm container right now")
             self._reserve_cold(st)
-            got = self._claim_cold(st)
+            got = self._claim_cold(st, expires)
         now = self.clock()
         with self._lock:
             st.meter.claimed(now, warm=not cold)
-            lease = st.spec.lease_seconds
-            st.leases[got.id] = now + lease
+            st.leases[got.id] = expires
         dt = time.perf_counter() - t0
         result = "cold" if cold else "warm"
         self.metrics.of("claims", pool, result).inc()
         self.metrics.of("latency", pool, result).observe(dt)
-        return ClaimResult(pool, got.id, got.endpoint, cold, dt, lease, now + lease)
+        return ClaimResult(pool, got.id, got.endpoint, cold, dt, lease, expires)
 
     def renew(self, pool: str, container_id: str) -> dict:
-        """Extend a claim's lease by the pool's ``lease_seconds`` from now."""
+        """Extend a claim's lease by the pool's ``lease_seconds`` from now, persisted with the
+        container first (ClaimFailed when the backend cannot write it: the old lease stands)."""
         st = self._state(pool)
-        now = self.clock()
+        expires = self.clock() + st.spec.lease_seconds
         with self._lock:
             c = st.containers.get(container_id)
             if c is None or c.state != "claimed" or container_id not in st.leases:
                 what = "no longer exists (its lease expired or it was released)" if c is None else f"is {c.state}, not claimed"
                 raise NotClaimed(f"pool {pool!r}: container {container_id!r} {what}; claim again")
-            st.leases[container_id] = now + st.spec.lease_seconds
-            return {"pool": pool, "container_id": container_id, "lease_seconds": st.spec.lease_seconds,
-                    "lease_expires_at": st.leases[container_id]}
+            if container_id in st.claiming:
+                raise NotClaimed(f"pool {pool!r}: container {container_id!r} is being released right now; claim again")
+            st.claiming.add(container_id)  # keeps release and expiry off it while the lease is written
+        try:
+            got = self.backend(st.spec).renew(st.spec, c, expires)
+        except BackendError as exc:
+            raise ClaimFailed(f"pool {pool!r}: renewing the lease of {container_id!r} failed: {exc}; retry") from exc
+        finally:
+            with self._lock:
+                st.claiming.discard(container_id)
+        with self._lock:
+            st.containers[container_id] = got
+            st.touched.add(container_id)
+            st.leases[container_id] = expires
+        return {"pool": pool, "container_id": container_id, "lease_seconds": st.spec.lease_seconds,
+                "lease_expires_at": expires}
 
-    def _claim_warm(self, st) -> Container | None:
+    def _reclaim_expired(self, now: float) -> None:
+        """Claims whose lease ran out go back (``on_lease_expiry: release``) or are deleted
+        (``delete``, and always for pools no longer in the policy). The lease of a claimed
+        container the controller adopted comes from the backend (persisted with it)."""
+        due: list[tuple[Any, str, bool]] = []
+        unleased: list[tuple[Any, Container]] = []
+        with self._lock:
+            for name, st in self._pools.items():
+                in_policy = self.policy.pool(name) is not None
+                claimed = {cid: c for cid, c in st.containers.items() if c.state == "claimed"}
+                for cid in [cid for cid in st.leases if cid not in claimed]:
+                    del st.leases[cid]
+                for cid in sorted(claimed):
+                    exp = st.leases.get(cid)
+                    if exp is None:
+                        exp = claimed[cid].lease_expires_at
+                        if exp is None:
+                            unleased.append((st, claimed[cid]))
+                            continue
+                        st.leases[cid] = exp
+                    if exp <= now and cid not in st.claiming:
+                        due.append((st, cid, in_policy and st.spec.on_lease_expiry == "release"))
+        for st, c in unleased:
+            self._lease_adopted(st, c, now + st.spec.lease_seconds)
+        for st, cid, back in due:
+            name = st.spec.name
+            log.info("pool %s: the lease of %s expired; %s", name, cid, "releasing it" if back else "deleting it")
+            try:
+                if back:
+                    self.release(name, cid)
+                else:
+                    self._delete_claimed(st, cid)
+            except (BackendError, UserError) as exc:
+                log.warning("pool %s: reclaiming %s failed: %s (retried next round)", name, cid, exc)
+                continue
+            self.metrics.of("lease_expired", name).inc()
+
+    def _lease_adopted(self, st, c: Container, expires: float) -> None:
+        """A claimed container without a persisted lease: one from now, written back."""
+        try:
+            got = self.backend(st.spec).renew(st.spec, c, expires)
+        except (BackendError, UserError) as exc:
+            log.warning("pool %s: cannot persist a lease for the adopted claim %s: %s (retried next round)",
+                        st.spec.name, c.id, exc)
+            return
+        log.info("pool %s: adopted claim %s had no lease; it expires in %gs", st.spec.name, c.id, st.spec.lease_seconds)
+        with self._lock:
+            if c.id in st.containers:
+                st.containers[c.id] = got
+                st.touched.add(c.id)
+            st.leases.setdefault(c.id, expires)
+
+    def _claim_warm(self, st, lease_expires_at: float) -> Container | None:
         spec = st.spec
         backend = self.backend(spec)
         while True:
@@ -127,7 +205,7 @@ class Claims:
                     return None
                 st.claiming.add(c.id)
             try:
-                got = backend.claim(spec, c, self.clock())
+                got = backend.claim(spec, c, self.clock(), lease_expires_at)
             except ClaimConflict:
                 with self._lock:
                     st.claiming.discard(c.id)
@@ -177,10 +255,10 @@ class Claims:
                 )
             w.append(now)
 
-    def _claim_cold(self, st) -> Container:
+    def _claim_cold(self, st, lease_expires_at: float) -> Container:
         spec = st.spec
         try:
-            got, timings = self.backend(spec).cold_start(spec, self._new_id(spec.name), self.clock())
+            got, timings = self.backend(spec).cold_start(spec, self._new_id(spec.name), self.clock(), lease_expires_at)
         except BackendError as exc:
             raise ClaimFailed(f"pool {spec.name!r}: cold start failed: {exc}") from exc
         self._observe_start(spec.runtime_class, timings)

@@ -226,36 +226,6 @@ class Controller(Claims):
             self._export(actions)
             return actions
 
-    def _reclaim_expired(self, now: float) -> None:
-        """Claims whose lease ran out go back (``on_lease_expiry: release``) or are deleted
-        (``delete``, and always for pools no longer in the policy). A claimed container with
-        no lease (adopted after a restart) gets a fresh one."""
-        due: list[tuple[_PoolState, str, bool]] = []
-        with self._lock:
-            for name, st in self._pools.items():
-                in_policy = self.policy.pool(name) is not None
-                claimed = {cid for cid, c in st.containers.items() if c.state == "claimed"}
-                for cid in [cid for cid in st.leases if cid not in claimed]:
-                    del st.leases[cid]
-                for cid in sorted(claimed):
-                    exp = st.leases.get(cid)
-                    if exp is None:
-                        st.leases[cid] = now + st.spec.lease_seconds
-                    elif exp <= now and cid not in st.claiming:
-                        due.append((st, cid, in_policy and st.spec.on_lease_expiry == "release"))
-        for st, cid, back in due:
-            name = st.spec.name
-            log.info("pool %s: the lease of %s expired; %s", name, cid, "releasing it" if back else "deleting it")
-            try:
-                if back:
-                    self.release(name, cid)
-                else:
-                    self._delete_claimed(st, cid)
-            except (BackendError, UserError) as exc:
-                log.warning("pool %s: reclaiming %s failed: %s (retried next round)", name, cid, exc)
-                continue
-            self.metrics.of("lease_expired", name).inc()
-
     def _collect_orphans(self, now: float) -> None:
         """Delete containers of pools that are neither in the policy nor tracked (e.g. a pool
         removed while the controller was down). Claimed ones get ``orphan_claimed_grace_seconds``
@@ -277,7 +247,9 @@ class Controller(Claims):
                 seen.add(c.id)
                 if c.state == "claimed":
                     first = self._orphan_seen.setdefault(c.id, now)
-                    if now - first < self.settings.orphan_claimed_grace_seconds:
+                    # its persisted lease (if any) survives a restart; the grace runs from when first seen
+                    until = c.lease_expires_at if c.lease_expires_at is not None else first + self.settings.orphan_claimed_grace_seconds
+                    if now < until:
                         continue
                 try:
                     b.delete_orphan(ns, c.id)

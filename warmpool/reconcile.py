@@ -43,6 +43,7 @@ class Container:
     claimed_since_idle: bool = False
     version: str = ""  # backend's optimistic-concurrency token (Kubernetes resourceVersion)
     started: bool = False  # its process was started once (a released container keeps running)
+    lease_expires_at: float | None = None  # a claim's lease, persisted with it (warmpool.claims)
 
     def replace(self, **kw) -> "Container":
         """A copy with ``kw`` changed (no re-validation: the fields are plain values, and

@@ -61,17 +61,65 @@ def test_on_lease_expiry_release_puts_the_container_back_warm(clock):
         ctl.renew("web", a.container_id)
 
 
-def test_a_claimed_container_adopted_after_a_restart_gets_a_fresh_lease(clock):
+def test_a_restarted_controller_keeps_each_claims_lease_neither_shorter_nor_longer(clock):
     ctl, sim = setup(clock, lease_seconds=10)
     a = ctl.claim("web")
+    b = ctl.claim("web")
+    clock.advance(6)
+    ctl.renew("web", b.container_id)  # b: until 16 s from now; a: 4 s left
     ctl2 = Controller(ctl.policy, MemoryForecastStore(), {"sim": sim}, clock=clock)  # a restart
-    clock.advance(60)
-    ctl2.step()  # adopts a, without a lease yet
-    ctl2.step()  # gives it one from now
-    assert state(sim, a.container_id) == "claimed"
-    clock.advance(11)
+    ctl2.step()  # adopts both, with the leases the backend kept
     ctl2.step()
+    assert state(sim, a.container_id) == state(sim, b.container_id) == "claimed"
+    clock.advance(5)  # a's lease (from its claim) is over, although the restart was 5 s ago
+    ctl2.step()
+    assert state(sim, a.container_id) is None and state(sim, b.container_id) == "claimed"
+    assert ctl2.renew("web", b.container_id)["lease_expires_at"] == clock() + 10  # renewable after the restart
+    clock.advance(9)
+    ctl2.step()
+    assert state(sim, b.container_id) == "claimed"
+    clock.advance(2)
+    ctl2.step()
+    assert state(sim, b.container_id) is None
+
+
+def test_a_claim_without_a_persisted_lease_gets_one_from_its_adoption_written_back(clock):
+    ctl, sim = setup(clock, lease_seconds=10)
+    a = ctl.claim("web")
+    sim._put(sim._containers[a.container_id].replace(lease_expires_at=None))  # claimed by an older controller
+    ctl2 = Controller(ctl.policy, MemoryForecastStore(), {"sim": sim}, clock=clock)
+    clock.advance(60)
+    ctl2.step()  # adopts a
+    ctl2.step()  # leases it from now, and persists that
+    assert sim._containers[a.container_id].lease_expires_at == clock() + 10
+    ctl3 = Controller(ctl.policy, MemoryForecastStore(), {"sim": sim}, clock=clock)  # restarting again does not extend it
+    clock.advance(5)
+    ctl3.step()
+    ctl3.step()
+    assert state(sim, a.container_id) == "claimed"
+    clock.advance(6)
+    ctl3.step()
     assert state(sim, a.container_id) is None
+
+
+def test_a_renewal_the_backend_cannot_persist_fails_and_keeps_the_old_lease(clock, monkeypatch):
+    from warmpool.backends.base import BackendError
+    from warmpool.controller import ClaimFailed
+
+    ctl, sim = setup(clock, lease_seconds=10)
+    a = ctl.claim("web")
+
+    def broken(*args, **kw):
+        raise BackendError("the API server is unreachable")
+
+    monkeypatch.setattr(sim, "renew", broken)
+    clock.advance(5)
+    with pytest.raises(ClaimFailed, match="renewing the lease .* unreachable; retry"):
+        ctl.renew("web", a.container_id)
+    assert sim._containers[a.container_id].lease_expires_at == clock() + 5
+    clock.advance(6)
+    ctl.step()
+    assert state(sim, a.container_id) is None  # the lease the backend holds is the one that counts
 
 
 def test_renew_over_http(clock):

@@ -1,9 +1,11 @@
 """The one protocol every backend implements; the controller does not know which it drives.
 
 A backend owns the truth about what exists: ``list`` is how a restarted controller adopts the
-containers it left. Metadata the controller needs (state, idle_since, deadline) is persisted
-by the backend with the container (a JSON file next to a crun bundle, labels and annotations
-on a pod), so nothing lives only in the controller's memory.
+containers it left. Metadata the controller needs (state, idle_since, deadline, a claim's
+lease expiry) is persisted by the backend with the container (a JSON file next to a crun
+bundle, labels and annotations on a pod), so nothing lives only in the controller's memory: a
+restarted controller neither frees a claimed container before its lease ends nor keeps it
+past it.
 """
 
 from __future__ import annotations
@@ -39,15 +41,22 @@ class Backend(Protocol):
         (state 'warm' or 'creating') and the measured cold-start components in ms
         (keys runtime/image/sandbox, those it measured). Raises CreateError, leaving nothing."""
 
-    def claim(self, pool: PoolSpec, container: Container, now: float) -> Container:
-        """Hand the container to one claimer (start its process). Raises ClaimConflict when
-        another claimer won, BackendError when the container is broken."""
+    def claim(self, pool: PoolSpec, container: Container, now: float, lease_expires_at: float | None = None) -> Container:
+        """Hand the container to one claimer (start its process), persisting the claim's lease
+        expiry with it. Raises ClaimConflict when another claimer won, BackendError when the
+        container is broken."""
+
+    def renew(self, pool: PoolSpec, container: Container, lease_expires_at: float) -> Container:
+        """Persist a claimed container's new lease expiry. BackendError when it is gone or no
+        longer claimed."""
 
     def release(self, pool: PoolSpec, container: Container, now: float, deadline: float) -> Container:
-        """Return a claimed container to the pool (warm again, aging from ``now``)."""
+        """Return a claimed container to the pool (warm again, aging from ``now``; no lease)."""
 
     def delete(self, pool: PoolSpec, container_id: str) -> None:
         """Remove the container and everything it used; deleting a missing one is fine."""
 
-    def cold_start(self, pool: PoolSpec, container_id: str, now: float) -> tuple[Container, Mapping[str, float]]:
-        """Create and start a container for a claimer who found no warm one."""
+    def cold_start(self, pool: PoolSpec, container_id: str, now: float,
+                   lease_expires_at: float | None = None) -> tuple[Container, Mapping[str, float]]:
+        """Create and start a container for a claimer who found no warm one (claimed, with
+        this lease expiry)."""

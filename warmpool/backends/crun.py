@@ -8,8 +8,9 @@ On disk, under ``state_dir``:
                        anyone else's on the machine;
 - ``rootfs/``          one read-only busybox-static root shared by every bundle;
 - ``bundles/<id>/``    config.json (+ the runtime's log);
-- ``meta/<id>.json``   the controller's metadata (state, idle_since, deadline), written
-                       atomically: ``creating`` before the runtime is called, ``warm`` after.
+- ``meta/<id>.json``   the controller's metadata (state, idle_since, deadline, a claim's lease
+                       expiry), written atomically: ``creating`` before the runtime is called,
+                       ``warm`` after.
 
 ``list`` reconciles the three, so a controller killed at any point adopts what it left:
 a container without metadata is adopted as warm, metadata or bundles without a container are
@@ -253,7 +254,7 @@ class CrunBackend:
             pass
         self._remove_files(cid)
 
-    def claim(self, pool: PoolSpec, container: Container, now: float) -> Container:
+    def claim(self, pool: PoolSpec, container: Container, now: float, lease_expires_at: float | None = None) -> Container:
         if not container.started:
             # the hot path: one `start` and nothing else (state is only read when it fails)
             try:
@@ -269,12 +270,22 @@ class CrunBackend:
             st = self._states().get(container.id)
             if st is None or st.get("status") != "running":
                 raise BackendError(f"container {container.id} is {st.get('status') if st else 'gone'}")
-        c = container.replace(state="claimed", claimed_since_idle=True, started=True)
+        c = container.replace(state="claimed", claimed_since_idle=True, started=True, lease_expires_at=lease_expires_at)
         self._write_meta(c)
         return c
 
+    def renew(self, pool: PoolSpec, container: Container, lease_expires_at: float) -> Container:
+        with self._lock:
+            cur = self._read_meta(container.id)
+            if cur is None or cur.state != "claimed":
+                raise BackendError(f"container {container.id} is {cur.state if cur else 'gone'}, not claimed")
+            c = cur.replace(lease_expires_at=lease_expires_at)
+            self._write_meta(c)
+            return c
+
     def release(self, pool: PoolSpec, container: Container, now: float, deadline: float) -> Container:
-        c = container.replace(state="warm", idle_since=now, deadline=deadline, claimed_since_idle=False)
+        c = container.replace(state="warm", idle_since=now, deadline=deadline, claimed_since_idle=False,
+                              lease_expires_at=None)
         self._write_meta(c)
         return c
 
@@ -287,10 +298,11 @@ class CrunBackend:
                     raise
         self._remove_files(container_id)
 
-    def cold_start(self, pool: PoolSpec, container_id: str, now: float) -> tuple[Container, Mapping[str, float]]:
+    def cold_start(self, pool: PoolSpec, container_id: str, now: float,
+                   lease_expires_at: float | None = None) -> tuple[Container, Mapping[str, float]]:
         c, timings = self.create(pool, container_id, now, deadline=now)
         t0 = time.perf_counter()
-        c = self.claim(pool, c, now)
+        c = self.claim(pool, c, now, lease_expires_at)
         timings = dict(timings)
         timings["runtime"] = (time.perf_counter() - t0) * 1000.0
         return c, timings

@@ -9,7 +9,8 @@
   method), so a pod is never handed out twice, even across controller replicas;
 - release = patch back to ``state=warm`` and drop the workload label;
 - expire = delete.
-Idle time and deadline ride along as annotations, so a restarted controller adopts its pods.
+Idle time, deadline and a claim's lease expiry ride along as annotations, so a restarted
+controller adopts its pods and their leases.
 
 Owner: with ``owner`` (``Owner``: the controller's own Deployment by default in the manifests,
 or any object), pods in the owner's namespace carry an ownerReference to it (``controller:
@@ -45,6 +46,7 @@ DEADLINE_ANN = "foresight.dev/deadline"
 CLAIMED_ANN = "foresight.dev/claimed-since-idle"
 WORKLOAD_LABEL = "app"
 OWNER_ANN = "foresight.dev/owner"
+LEASE_ANN = "foresight.dev/lease-expires-at"
 MANAGED_BY = "foresight-warmpool"
 
 
@@ -137,7 +139,8 @@ class KubernetesBackend:
         return {"apiVersion": o.api_version, "kind": o.kind, "name": o.name, "uid": self._owner_uid,
                 "controller": True, "blockOwnerDeletion": False}
 
-    def _pod_body(self, pool: PoolSpec, cid: str, state: str, now: float, deadline: float) -> dict:
+    def _pod_body(self, pool: PoolSpec, cid: str, state: str, now: float, deadline: float,
+                  lease_expires_at: float | None = None) -> dict:
         res = dict(pool.template.resources)
         container: dict[str, Any] = {"name": "main", "image": pool.template.image, "command": list(pool.template.command)}
         if res:
@@ -157,6 +160,8 @@ class KubernetesBackend:
             "labels": labels,
             "annotations": {IDLE_ANN: repr(now), DEADLINE_ANN: repr(deadline), CLAIMED_ANN: "true" if state == "claimed" else "false"},
         }
+        if state == "claimed" and lease_expires_at is not None:
+            metadata["annotations"][LEASE_ANN] = repr(float(lease_expires_at))
         if self.owner is not None:
             if self.owner.namespace == pool.namespace:
                 metadata["ownerReferences"] = [self.owner_reference()]
@@ -188,6 +193,7 @@ class KubernetesBackend:
             endpoint=f"{ip}" if ip else f"pod://{pool.namespace}/{md.name}",
             claimed_since_idle=ann.get(CLAIMED_ANN) == "true",
             version=md.resource_version or "",
+            lease_expires_at=_f(ann.get(LEASE_ANN)) if state == "claimed" else None,
         )
 
     def list(self, pool: PoolSpec) -> list[Container]:
@@ -262,17 +268,27 @@ class KubernetesBackend:
         except OSError as exc:
             raise BackendError(f"patching pod {container.id} failed: {exc}") from exc
 
-    def claim(self, pool: PoolSpec, container: Container, now: float) -> Container:
-        pod = self._patch(pool, container, {STATE_LABEL: "claimed", WORKLOAD_LABEL: pool.workload}, {CLAIMED_ANN: "true"})
+    def claim(self, pool: PoolSpec, container: Container, now: float, lease_expires_at: float | None = None) -> Container:
+        ann = {CLAIMED_ANN: "true", LEASE_ANN: None if lease_expires_at is None else repr(float(lease_expires_at))}
+        pod = self._patch(pool, container, {STATE_LABEL: "claimed", WORKLOAD_LABEL: pool.workload}, ann)
         c = self._to_container(pool, pod)
         if c is None:
             raise BackendError(f"pod {container.id} is being deleted")
         return c
 
+    def renew(self, pool: PoolSpec, container: Container, lease_expires_at: float) -> Container:
+        # no resourceVersion precondition: the kubelet's status updates bump it all the time,
+        # and a lease annotation on a pod that was released meanwhile is ignored (warm pods have none)
+        pod = self._patch(pool, container.replace(version=""), {}, {LEASE_ANN: repr(float(lease_expires_at))})
+        c = self._to_container(pool, pod)
+        if c is None or c.state != "claimed":
+            raise BackendError(f"pod {container.id} is {'being deleted' if c is None else c.state}, not claimed")
+        return c
+
     def release(self, pool: PoolSpec, container: Container, now: float, deadline: float) -> Container:
         pod = self._patch(
             pool, container, {STATE_LABEL: "warm", WORKLOAD_LABEL: None},
-            {IDLE_ANN: repr(now), DEADLINE_ANN: repr(deadline), CLAIMED_ANN: "false"},
+            {IDLE_ANN: repr(now), DEADLINE_ANN: repr(deadline), CLAIMED_ANN: "false", LEASE_ANN: None},
         )
         c = self._to_container(pool, pod)
         if c is None:
@@ -288,10 +304,12 @@ class KubernetesBackend:
         except OSError as exc:
             raise BackendError(f"deleting pod {container_id} failed: {exc}") from exc
 
-    def cold_start(self, pool: PoolSpec, container_id: str, now: float) -> tuple[Container, Mapping[str, float]]:
+    def cold_start(self, pool: PoolSpec, container_id: str, now: float,
+                   lease_expires_at: float | None = None) -> tuple[Container, Mapping[str, float]]:
         t0 = time.perf_counter()
+        body = self._pod_body(pool, container_id, "claimed", now, now, lease_expires_at)
         try:
-            pod = self.api.create_namespaced_pod(pool.namespace, self._pod_body(pool, container_id, "claimed", now, now), _request_timeout=self.timeout)
+            pod = self.api.create_namespaced_pod(pool.namespace, body, _request_timeout=self.timeout)
         except (ApiException, OSError) as exc:
             raise CreateError(f"creating pod {container_id} failed: {getattr(exc, 'status', '')} {getattr(exc, 'reason', exc)}") from exc
         c = self._to_container(pool, pod)

@@ -78,20 +78,30 @@ class SimBackend:
             self.created_total += 1
         return c, {"sandbox": ms}
 
-    def claim(self, pool: PoolSpec, container: Container, now: float) -> Container:
+    def claim(self, pool: PoolSpec, container: Container, now: float, lease_expires_at: float | None = None) -> Container:
         with self._lock:
             cur = self._containers.get(container.id)
             if cur is None or cur.state == "dead":
                 raise BackendError(f"container {container.id} is gone")
             if cur.state == "claimed":
                 raise ClaimConflict(f"container {container.id} was claimed by someone else")
-            c = cur.replace(state="claimed", claimed_since_idle=True)
+            c = cur.replace(state="claimed", claimed_since_idle=True, lease_expires_at=lease_expires_at)
+            self._put(c)
+            return c
+
+    def renew(self, pool: PoolSpec, container: Container, lease_expires_at: float) -> Container:
+        with self._lock:
+            cur = self._containers.get(container.id)
+            if cur is None or cur.state != "claimed":
+                raise BackendError(f"container {container.id} is {cur.state if cur else 'gone'}, not claimed")
+            c = cur.replace(lease_expires_at=lease_expires_at)
             self._put(c)
             return c
 
     def release(self, pool: PoolSpec, container: Container, now: float, deadline: float) -> Container:
         with self._lock:
-            c = container.replace(state="warm", idle_since=now, deadline=deadline, claimed_since_idle=False)
+            c = container.replace(state="warm", idle_since=now, deadline=deadline, claimed_since_idle=False,
+                                  lease_expires_at=None)
             self._put(c)
             return c
 
@@ -103,13 +113,14 @@ class SimBackend:
                 self.deleted_total += 1
             self._ready_at.pop(container_id, None)
 
-    def cold_start(self, pool: PoolSpec, container_id: str, now: float):
+    def cold_start(self, pool: PoolSpec, container_id: str, now: float, lease_expires_at: float | None = None):
         with self._lock:
             if self._fail_creates > 0:
                 self._fail_creates -= 1
                 raise CreateError(self._fail_reason)
             ms = self.model.sample_ms(pool.runtime_class, self.rng)
-            c = Container(container_id, pool.name, "claimed", created_at=now, idle_since=now, deadline=now, endpoint=f"sim://{container_id}", claimed_since_idle=True)
+            c = Container(container_id, pool.name, "claimed", created_at=now, idle_since=now, deadline=now, endpoint=f"sim://{container_id}", claimed_since_idle=True,
+                          lease_expires_at=lease_expires_at)
             self._put(c)
             self.created_total += 1
         return c, {"sandbox": ms}
