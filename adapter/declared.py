@@ -33,11 +33,19 @@ class DeclaredMetrics:
         self.core = core
         # series id -> {metric: capacity_per_replica} from --config (the store adds the rest)
         self.configured = {sid: dict(m) for sid, m in core.settings.workload_metrics.items()}
+        self._configured_names = frozenset(n for m in self.configured.values() for n in m)
+        self._known: tuple[frozenset[str] | None, frozenset[str]] = (None, self._configured_names)
+
+    def known(self) -> frozenset[str]:
+        """Configured and published metric names, recomputed only when the store's change."""
+        published = self.core.cache.metric_names()
+        if self._known[0] is not published:
+            self._known = (published, self._configured_names | published)
+        return self._known[1]
 
     def names(self) -> list[str]:
         """Every declared metric name: configured, or published by the trainer."""
-        out = {n for m in self.configured.values() for n in m}
-        return sorted(out | self.core.cache.metric_names())
+        return sorted(self.known())
 
     def external_names(self) -> list[str]:
         return [e for n in self.names() for e in served_names(n)]
@@ -46,13 +54,13 @@ class DeclaredMetrics:
         """(metric, is_ratio) of a served name, or None when no such metric is declared."""
         if not external.startswith("predicted_"):
             return None
-        got = served_metric(external, set(self.names()))
+        got = served_metric(external, self.known())
         if got is None:
             try:  # a request right after start may come before the first index build
                 self.core.cache.ensure_index()
             except StoreError:
                 return None
-            got = served_metric(external, set(self.names()))
+            got = served_metric(external, self.known())
         return got
 
     def of(self, sid: str) -> list[str]:

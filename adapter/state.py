@@ -85,6 +85,7 @@ class ForecastCache:
         # workload series id -> its declared metrics seen in the store (forecaster.predicted):
         # their series ``<ns>/<name>/<metric>`` are cached but never indexed as workloads
         self._metrics: dict[str, set[str]] = {}
+        self._metric_names: frozenset[str] | None = None  # their union, rebuilt only when it changes
         self._index_at: float | None = None
         self._listed_at: float | None = None
         self._indexed_count: int | None = None
@@ -218,6 +219,8 @@ class ForecastCache:
             if declared is not None:
                 with self._idx_lock:
                     self._metrics.setdefault(declared[0], set()).add(declared[1])
+                    if self._metric_names is not None and declared[1] not in self._metric_names:
+                        self._metric_names = None
                 return
             self._put_labels(sid, labels_of(sid, fc, self.configured.get(sid)))
 
@@ -267,6 +270,7 @@ class ForecastCache:
                 for m in [m for m in self._metrics[wsid] if f"{wsid}/{m}" not in alive]:
                     self._metrics[wsid].discard(m)
                     self._entries.pop(f"{wsid}/{m}", None)
+                    self._metric_names = None
                 if not self._metrics[wsid]:
                     del self._metrics[wsid]
         self._index_at = self.clock()
@@ -326,10 +330,14 @@ class ForecastCache:
         with self._idx_lock:
             return sorted(f"{ns}/{name}" for ns, names in self._labels.items() for name in names)
 
-    def metric_names(self) -> set[str]:
-        """Names of the declared metrics published in the store."""
-        with self._idx_lock:
-            return {m for ms in self._metrics.values() for m in ms}
+    def metric_names(self) -> frozenset[str]:
+        """Names of the declared metrics published in the store (the same object until they
+        change: asked on every request for a declared metric)."""
+        names = self._metric_names
+        if names is None:
+            with self._idx_lock:
+                names = self._metric_names = frozenset(m for ms in self._metrics.values() for m in ms)
+        return names
 
     def metrics_of(self, series_id: str) -> set[str]:
         """The declared metrics of one workload published in the store."""

@@ -311,11 +311,17 @@ class TrainScheduler:
 def run_schedule(config, source, store, *, clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep, iterations: int | None = None,
                  on_step: Callable[[dict], None] | None = None, fits: ThreadFits | InlineFits | None = None,
-                 pull_threads: int = 4, engine=None) -> Trainer:
+                 pull_threads: int = 4, engine=None, checkpoint_dir: str | None = None,
+                 checkpoint_key: bytes | None = None) -> Trainer:
     """Every ``refresh_interval_seconds`` one ``TrainScheduler.step``; fits run on ``fits``
     (a ``ThreadFits`` by default, ``forecaster.engines.fits.EngineFits`` with ``engine``) and never
-    delay the next step."""
+    delay the next step. With ``checkpoint_dir`` the fitted states are checkpointed there and
+    restored from it first (``forecaster.checkpoint``), so the first step serves them."""
     trainer = trainer_from_config(config, store, clock)
+    if checkpoint_dir:
+        from forecaster.checkpoint import attach
+
+        attach(trainer, checkpoint_dir, [w.series_id for w in config.series()], key=checkpoint_key)
     hold = config.training.refresh_interval_seconds
     if fits is None and engine is not None:
         from forecaster.engines.fits import EngineFits

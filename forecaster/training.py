@@ -6,6 +6,11 @@ the cheap ``refresh`` (re-forecast from the latest data with the fitted model, p
     fc = trainer.refresh("shop/checkout", ts, values, meta=) # every refresh: cheap, publishes
     trainer.status("shop/checkout")                          # model, status, reason, errors
 
+With ``checkpoints`` (``forecaster.checkpoint``) every fitted state is written when it is fitted
+(and again when its drift flags flip); ``restore`` loads them at start, so a restarted trainer's
+first refresh serves the fitted models instead of the persistence placeholder, and fits resume
+on their own schedule rather than all at once.
+
 ``step_workload`` is one workload's step (retrain when due, refresh, publish); ``foresight train``
 (``train_once``, and ``run_schedule`` where refreshes never wait for fits) is in
 ``forecaster.schedule``.
@@ -30,6 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from forecaster.checkpoint import GLOBAL_ID, CheckpointDir, restore, shared_objects
 from forecaster.drift import DriftSettings, LiveSkill
 from forecaster.models import Model, ModelError, get_model
 from forecaster.models.base import clean_history, season_length
@@ -107,6 +113,7 @@ class Trainer:
         serving: ServingSettings | None = None,
         live_skill: DriftSettings | None = None,
         serving_by_series: Mapping[str, ServingSettings] | None = None,
+        checkpoints: CheckpointDir | None = None,
     ) -> None:
         if horizon < 1:
             raise ModelError(f"horizon must be >= 1 (got {horizon})")
@@ -128,6 +135,8 @@ class Trainer:
         self.live_skill = live_skill or DriftSettings()
         self._states: dict[str, SeriesState] = {}
         self.global_fitted_at: float | None = None
+        self.checkpoints = checkpoints
+        self._saved_flags: dict[str, tuple[bool, bool, bool]] = {}  # drift flags as last checkpointed
 
     # --- heavy -----------------------------------------------------------------------------
     def fit_fleet(self, data: Mapping[str, tuple[np.ndarray, np.ndarray]], now: float | None = None,
@@ -150,6 +159,8 @@ class Trainer:
                     log.warning("global model %s failed to train: %s", g, exc)
                     self.prototypes.pop(g, None)
         self.global_fitted_at = self.clock() if now is None else now
+        if self.checkpoints is not None and self.prototypes:
+            self.checkpoints.save(GLOBAL_ID, {"prototypes": dict(self.prototypes), "fitted_at": self.global_fitted_at})
 
     def serving_for(self, series_id: str) -> ServingSettings:
         """The settings the serving policy of ``series_id`` is chosen with."""
@@ -202,6 +213,7 @@ class Trainer:
         st.skill = LiveSkill(self.live_skill, st.model_name)
         tail = (sel.tail_origins, sel.tail_means) if sel is not None else None
         st.policy = policy_from_model(st.model, vals, capacity_per_pod, self.serving_for(series_id), season_length(ts), chosen_at=now, tail=tail)
+        self._checkpoint(st)  # before it is installed: no refresh is updating it while it pickles
         self._states[series_id] = st
         log.debug("fit %s -> %s (%s); policy %s", series_id, st.model_name, st.reason, st.policy.reason)
         return st
@@ -211,11 +223,33 @@ class Trainer:
         engine (``forecaster.engine``) ships to its workers to run ``fit`` there."""
         twin = copy.copy(self)
         twin.store, twin._states, twin.prototypes = None, {}, dict(self.prototypes)
+        twin.checkpoints, twin._saved_flags = None, {}  # workers never write checkpoints (nor see the key)
         return twin
 
     def adopt(self, state: SeriesState) -> None:
         """Install a state fitted elsewhere (``fit_item`` on an engine's worker)."""
+        self._checkpoint(state)
         self._states[state.series_id] = state
+
+    # --- checkpoints (forecaster.checkpoint) ------------------------------------------------
+    def _checkpoint(self, st: SeriesState) -> None:
+        if self.checkpoints is None or not st.fitted:
+            return
+        if self.checkpoints.save(st.series_id, st, {id(o): n for n, o in shared_objects(self.prototypes).items()}):
+            self._saved_flags[st.series_id] = _drift_flags(st)
+
+    def restore(self, series_ids: Sequence[str], prune: bool = True) -> dict[str, int]:
+        """Install the checkpointed states of ``series_ids`` (``forecaster.checkpoint.restore``)."""
+        return restore(self, series_ids, prune=prune)
+
+    def install_checkpoint(self, series_id: str, st: Any) -> bool:
+        """Install a state loaded from a checkpoint; False when it is not a fitted state of it."""
+        if not (isinstance(st, SeriesState) and st.series_id == series_id and st.fitted and st.model.fitted_):
+            return False
+        st.last_forecast = None  # live error is scored from the next forecast, not across the outage
+        self._states[series_id] = st
+        self._saved_flags[series_id] = _drift_flags(st)
+        return True
 
     def due(self, series_id: str, now: float | None = None) -> bool:
         """True when the series has no model, its model drifted, or its retrain interval passed."""
@@ -251,6 +285,8 @@ class Trainer:
         ts_c = ts[first:]
         y = clean_history(vals)
         self._track_live_error(st, ts[finite], vals[finite])
+        if self.checkpoints is not None and st.fitted and _drift_flags(st) != self._saved_flags.get(series_id):
+            self._checkpoint(st)  # a restart must not forget that this model drifted
 
         name, status, reason = st.model_name, st.status, st.reason
         try:  # the fitted model always forecasts: served, or scored live while on the fallback
@@ -358,6 +394,10 @@ class Trainer:
 
     def state(self, series_id: str) -> SeriesState | None:
         return self._states.get(series_id)
+
+
+def _drift_flags(st: SeriesState) -> tuple[bool, bool, bool]:
+    return (st.needs_retrain, st.drifted, st.skill.drifted)
 
 
 # --- one workload's step -------------------------------------------------------------------
