@@ -12,9 +12,12 @@ redis, prometheus, trainer, one adapter replica, and redis + prometheus together
 documented 503 case). Reported per fault: non-2xx answers and socket errors from wrk, probe
 samples below the reactive floor (under-scale), sources seen, and recovery time = from the
 restart until every workload is served from a fresh forecast again (for the replica: until it
-answers again), against one trainer refresh interval.
+answers again), against one trainer refresh interval. The trainer checkpoints its fitted states
+(``--checkpoint-dir`` in the work directory, as the trainer's emptyDir in the manifests), so a
+restarted trainer publishes fitted forecasts from its first refresh.
 
-    .venv/bin/python -m bench.chaos            # ~6 min; results in bench/results/chaos.json
+    .venv/bin/python -m bench.chaos                   # ~6 min; results in bench/results/chaos.json
+    .venv/bin/python -m bench.chaos --faults trainer  # one fault: replaces only its row there
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import ROOT, save_json
+from bench.common import RESULTS, ROOT, save_json
 from tests import stack
 
 REQUEST, PODS = 0.5, 4  # static capacity of every workload
@@ -234,6 +237,7 @@ def run_phase(name: str, parts: dict, victims: list[str], hold: float, replicas:
     loads = [wrk_result(w) for w in wrks]
     out = {
         "fault": name, "killed": victims, "held_seconds": hold,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "trainer_checkpoints": True,
         "recovery_seconds": recovered, "refresh_interval_seconds": refresh,
         "recovered_within_one_refresh": recovered is not None and recovered <= refresh,
         "during_fault": summarize(probe.samples, floor, t_kill, t_back),
@@ -281,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         "redis": Proc("redis", ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
                                 "--appendonly", "no", "--dir", str(work)], work / "redis.log",
                       ready=lambda: stack.have("redis-server") and _port_open(redis_port)),
-        "trainer": Proc("trainer", [*py, "train", "--config", str(cfg)], work / "trainer.log"),
+        "trainer": Proc("trainer", [*py, "train", "--config", str(cfg), "--checkpoint-dir", str(work / "checkpoints")],
+                        work / "trainer.log"),
         **{f"adapter_{k}": Proc(f"adapter_{k}", [*py, "serve", "--plain-http", "--host", "127.0.0.1", "--port", str(p),
                                                  "--config", str(cfg), "--store", redis_url],
                                  work / f"adapter_{k}.log", ready=lambda u=u: _http_ok(f"{u}/healthz"))
@@ -308,14 +313,28 @@ def main(argv: list[str] | None = None) -> int:
             p.stop()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    path = save_json("chaos", {
-        "setup": {"workloads": len(workloads), "replicas": 2, "hold_seconds": args.hold,
-                  "refresh_interval_seconds": args.refresh, "load": "wrk -t1 -c4, 20 ms pause per request, per replica",
-                  "cache_max_stale_seconds": 30, "observed_direct_ttl_seconds": 15},
-        "faults": results,
-    })
+    setup = {"workloads": len(workloads), "replicas": 2, "hold_seconds": args.hold,
+             "refresh_interval_seconds": args.refresh, "load": "wrk -t1 -c4, 20 ms pause per request, per replica",
+             "cache_max_stale_seconds": 30, "observed_direct_ttl_seconds": 15}
+    path = save_json("chaos", {"setup": setup, "faults": merge_faults(RESULTS / "chaos.json", setup, results)})
     log(f"saved {path}")
     return 0
+
+
+def merge_faults(path: Path, setup: dict, results: list[dict]) -> list[dict]:
+    """A run of some faults replaces their rows in the saved results and keeps the others (in
+    FAULTS order) when the set-up is the same; a different set-up starts afresh."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return results
+    if old.get("setup") != setup:
+        return results
+    rows = {r["fault"]: r for r in old.get("faults", [])}
+    for r in old.get("faults", []):
+        r.setdefault("measured_at", old.get("measured_at"))
+    rows.update({r["fault"]: r for r in results})
+    return [rows[f] for f in FAULTS if f in rows]
 
 
 def _port_open(port: int) -> bool:
