@@ -129,7 +129,7 @@ class SchedulerExtender:
         args = parse_extender_args(body)
         request = pod_memory_request(args.pod)  # a malformed quantity is the caller's 400
         try:
-            return filter_answer(self.cache.get(), args, request, self.scoring)
+            return filter_answer(self.cache.get(), args, request)
         except Exception:  # noqa: BLE001 - never block scheduling on our own failure
             log.exception("scheduler filter failed; letting every node pass")
             return filter_result(args, list(args.node_names), {})

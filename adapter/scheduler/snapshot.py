@@ -25,10 +25,10 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Mapping, NamedTuple
 
 from forecaster.nodes import MAX_SCORE, NodeLoad, assess_nodes, is_node_series, memory_room_bytes, score_for_load
-from forecaster.nodes.scoring import cpu_message
+from forecaster.nodes.scoring import cpu_message, memory_message_parts
 from forecaster.store import Forecast, ForecastStore
 
 from adapter.scheduler.settings import SchedulerSettings
@@ -36,9 +36,25 @@ from adapter.scheduler.settings import SchedulerSettings
 log = logging.getLogger(__name__)
 
 
+SCORE_TAIL = {score: str(score).encode() + b"}" for score in range(MAX_SCORE + 1)}
+
+
 def host_fragment(host: str, score: int) -> bytes:
     """One HostPriority as JSON (json tags of k8s.io/kube-scheduler/extender/v1)."""
     return b'{"host":' + json.dumps(host).encode() + b',"score":' + str(int(score)).encode() + b"}"
+
+
+class MemoryView(NamedTuple):
+    """What a per-pod answer needs of one node with a fresh memory forecast, precomputed."""
+
+    room: float  # largest memory request that still fits under memory_threshold (bytes; < 0: none)
+    slack: float  # largest request for which the node's precomputed score still holds
+    load: float  # predicted memory use, fraction of allocatable
+    allocatable: float  # bytes
+    cpu_score: int
+    fragment_head: bytes  # b'{"host":"<node>","score":'
+    message_head: str  # the memory filter message before / after the request's size
+    message_tail: str
 
 
 @dataclass(frozen=True)
@@ -54,10 +70,10 @@ class PlacementSnapshot:
     hot: dict[str, str] = field(default_factory=dict)  # node -> failedNodes message
     name_json: dict[str, bytes] = field(default_factory=dict)  # node -> json.dumps(node)
     hot_json: dict[str, bytes] = field(default_factory=dict)  # node -> b'"node":"message"'
-    mem_room: dict[str, float] = field(default_factory=dict)  # node -> largest memory request that fits (bytes)
-    min_mem_room: float = float("inf")
-    mem_slack: dict[str, float] = field(default_factory=dict)  # node -> largest request keeping its score
-    min_mem_slack: float = float("inf")
+    # node -> MemoryView, for nodes with a fresh memory forecast (the others are CPU only)
+    memory: dict[str, "MemoryView"] = field(default_factory=dict)
+    min_mem_room: float = float("inf")  # a request at most this big fails no node on memory
+    min_mem_slack: float = float("inf")  # ... and changes no node's precomputed score
     workloads: tuple[str, ...] = ()  # other series in the store (for the placement API)
     error: str = ""  # why the last store read failed, if it did
 
@@ -112,22 +128,22 @@ def score_snapshot(
     name_json: dict[str, bytes] = {}
     hot: dict[str, str] = {}
     hot_json: dict[str, bytes] = {}
-    mem_room: dict[str, float] = {}
-    mem_slack: dict[str, float] = {}
+    memory: dict[str, MemoryView] = {}
     for i, (name, nl) in enumerate(loads.items()):
         if pause is not None and i and i % (2 * CHUNK) == 0:
             pause()
         quoted = json.dumps(name).encode()
         name_json[name] = quoted
-        fragments[name] = b'{"host":' + quoted + b',"score":' + str(int(nl.score)).encode() + b"}"
+        head = b'{"host":' + quoted + b',"score":'
+        fragments[name] = head + SCORE_TAIL[int(nl.score)]
         if nl.cpu_hot:
             msg = cpu_message(nl, s.threshold, s.horizon_seconds)
             hot[name] = msg
             hot_json[name] = quoted + b":" + json.dumps(msg).encode()
         room = memory_room_bytes(nl, s.memory_threshold)
-        if room is not None:
-            mem_room[name] = room
-            mem_slack[name] = memory_slack_bytes(nl)
+        if room is not None and nl.memory_load is not None and nl.memory_bytes:
+            memory[name] = MemoryView(room, memory_slack_bytes(nl), nl.memory_load, nl.memory_bytes, nl.cpu_score, head,
+                                      *memory_message_parts(nl, s.memory_threshold, s.horizon_seconds))
     stale_at = [t for t in (fc.generated_at + s.max_forecast_age_seconds for fc in forecasts.values()) if t > now]
     first_stale = min(stale_at) if stale_at else float("inf")
     return PlacementSnapshot(
@@ -142,10 +158,9 @@ def score_snapshot(
         hot=hot,
         name_json=name_json,
         hot_json=hot_json,
-        mem_room=mem_room,
-        min_mem_room=min(mem_room.values(), default=float("inf")),
-        mem_slack=mem_slack,
-        min_mem_slack=min(mem_slack.values(), default=float("inf")),
+        memory=memory,
+        min_mem_room=min((v.room for v in memory.values()), default=float("inf")),
+        min_mem_slack=min((v.slack for v in memory.values()), default=float("inf")),
         workloads=workloads,
         error=error,
     )

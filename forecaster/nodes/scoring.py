@@ -139,12 +139,22 @@ def score_for_pod(nl: NodeLoad, request_bytes: float) -> int:
     return min(nl.cpu_score, memory_score(nl.memory_load, request_bytes, nl.memory_bytes))
 
 
-def memory_message(nl: NodeLoad, request_bytes: float, memory_threshold: float, horizon_seconds: float) -> str:
+def memory_message_parts(nl: NodeLoad, memory_threshold: float, horizon_seconds: float) -> tuple[str, str]:
+    """The filter message around the request's size (which differs per pod): the extender
+    precomputes these per node and only formats the request per call."""
     return (
-        f"foresight: predicted memory {nl.memory_load * nl.memory_bytes / GIB:.2f} GiB + request "
-        f"{request_bytes / GIB:.2f} GiB exceeds {memory_threshold:g} of allocatable "
-        f"{nl.memory_bytes / GIB:.2f} GiB within the next {horizon_seconds:g} s"
+        f"foresight: predicted memory {nl.memory_load * nl.memory_bytes / GIB:.2f} GiB + request ",
+        f" GiB exceeds {memory_threshold:g} of allocatable {nl.memory_bytes / GIB:.2f} GiB within the next {horizon_seconds:g} s",
     )
+
+
+def request_text(request_bytes: float) -> str:
+    return f"{request_bytes / GIB:.2f}"
+
+
+def memory_message(nl: NodeLoad, request_bytes: float, memory_threshold: float, horizon_seconds: float) -> str:
+    head, tail = memory_message_parts(nl, memory_threshold, horizon_seconds)
+    return head + request_text(request_bytes) + tail
 
 
 def cpu_message(nl: NodeLoad, threshold: float, horizon_seconds: float) -> str:
