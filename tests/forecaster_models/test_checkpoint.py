@@ -250,3 +250,29 @@ def test_a_checkpoint_does_not_grow_with_the_history_window(tmp_path):
         tr.fit("ns/a", *series(days=days), now=T0)
         sizes.append(tr.checkpoints.file_of("ns/a").stat().st_size)
     assert abs(sizes[1] - sizes[0]) < 1024, sizes  # 8 more days are 2,304 points, 18 KB per copy
+
+
+def test_the_global_lstm_is_checkpointed_once_and_its_series_share_the_restored_network(tmp_path, monkeypatch, caplog):
+    from tests.forecaster_models.conftest import FAST_PARAMS
+    from forecaster.models.lstm import GlobalLSTM
+
+    monkeypatch.setattr(GlobalLSTM, "DEFAULTS", {**GlobalLSTM.DEFAULTS, **FAST_PARAMS["lstm"]})
+    data = {f"ns/{k}": series(phase=float(k)) for k in range(3)}
+    tr = Trainer(None, models=("lstm",))
+    attach(tr, tmp_path, [])
+    tr.fit_fleet(data, now=T0)
+    assert {tr.state(s).model_name for s in data} == {"lstm"}
+    glob = tr.checkpoints.file_of(checkpoint.GLOBAL_ID).stat().st_size
+    assert all(tr.checkpoints.file_of(s).stat().st_size < glob / 2 for s in data)  # the network is not copied
+
+    tr2 = Trainer(None, models=("lstm",))
+    assert attach(tr2, tmp_path, list(data)) == {"restored": 3, "missing": 0, "skipped": 0}
+    net = tr2.prototypes["lstm"].net_
+    assert net is not None and all(tr2.state(s).model.net_ is net for s in data)
+    for s, (ts, v) in data.items():
+        assert np.allclose(tr.refresh(s, ts, v, now=T0).mean, tr2.refresh(s, ts, v, now=T0).mean)
+
+    tr.checkpoints.file_of(checkpoint.GLOBAL_ID).unlink()  # without the network, its series refit
+    with caplog.at_level(logging.WARNING, logger="forecaster.checkpoint"):
+        assert attach(Trainer(None, models=("lstm",)), tmp_path, list(data))["skipped"] == 3
+    assert "not loaded" in caplog.text
