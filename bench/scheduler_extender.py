@@ -6,12 +6,15 @@ One real uvicorn process on loopback (uvloop + httptools, one worker) serves, si
   the store (Redis MGET of 5,000 keys + JSON decoding) and scores them, as an extender
   without a snapshot would.
 
-The store is a real Redis holding 5,000 ``node/*`` forecasts (15 one-minute points, p50/p90,
-synthetic loads; latency does not depend on the values) in 3 zones. Requests are the
-scheduler's ExtenderArgs in nodeCacheCapable mode (``NodeNames``, ~100 KB). Latency is
-measured client-side over one keep-alive connection (httpx, sequential: what one scheduler
-sees); req/s also with wrk (4 connections) when wrk is installed. Also reported: filter over
-5,000 names and prioritize in full ``Nodes`` mode (whole v1.Node objects, ~9 MB).
+The store is a real Redis holding 5,000 ``node/*`` CPU and 5,000 ``node-memory/*`` memory
+forecasts (15 one-minute points, p50/p90, synthetic loads; latency does not depend on the
+values) in 3 zones. Requests are the scheduler's ExtenderArgs in nodeCacheCapable mode
+(``NodeNames``, ~100 KB) for a pod requesting 100m CPU and 512Mi of memory, so the memory
+request is weighed on every call. Latency is measured client-side over one keep-alive
+connection (httpx, sequential: what one scheduler sees); req/s also with wrk (4 connections)
+when wrk is installed. Also reported: filter over 5,000 names, prioritize for a 12Gi pod
+(beyond most nodes' memory slack: the exact per-node path) and prioritize in full ``Nodes``
+mode (whole v1.Node objects, ~9 MB).
 
     .venv/bin/python bench/scheduler_extender.py [--nodes 5000] [--seconds 25]
 
@@ -49,8 +52,9 @@ def create_bench_app():
     from fastapi import FastAPI
 
     from adapter.scheduler import SchedulerSettings, register_scheduler_routes
+    from adapter.scheduler.podrequest import pod_memory_request
     from adapter.scheduler.protocol import BadExtenderArgs, error_body, parse_extender_args
-    from forecaster.nodes import NEUTRAL_SCORE, NODE_PREFIX, ZONE_PREFIX, assess_nodes
+    from forecaster.nodes import NEUTRAL_SCORE, NODE_MEMORY_PREFIX, NODE_PREFIX, ZONE_PREFIX, assess_nodes, score_for_pod
     from forecaster.store import RedisForecastStore
 
     store = RedisForecastStore(os.environ["FORESIGHT_BENCH_REDIS"])
@@ -63,11 +67,13 @@ def create_bench_app():
     async def naive(request: Request) -> Response:
         try:
             args = parse_extender_args(await request.body())
+            req = pod_memory_request(args.pod)
         except BadExtenderArgs as exc:
             return Response(error_body(str(exc)), status_code=400, media_type="application/json")
-        fcs = store.latest_many([NODE_PREFIX + n for n in args.node_names] + zones)
+        ids = [NODE_PREFIX + n for n in args.node_names] + [NODE_MEMORY_PREFIX + n for n in args.node_names]
+        fcs = store.latest_many(ids + zones)
         loads, _ = assess_nodes(fcs, time.time(), settings.scoring())
-        out = [{"host": n, "score": loads[n].score if n in loads else NEUTRAL_SCORE} for n in args.node_names]
+        out = [{"host": n, "score": score_for_pod(loads[n], req) if n in loads else NEUTRAL_SCORE} for n in args.node_names]
         return Response(json.dumps(out).encode(), media_type="application/json")
 
     return ServerTiming(app)
@@ -108,7 +114,7 @@ def publish_nodes(redis_url: str, n: int) -> list[str]:
     now = time.time()
     names = [f"node-{i:05d}" for i in range(n)]
     zones = ["zone-a", "zone-b", "zone-c"]
-    for i, name in enumerate(tqdm(names, desc="publishing node forecasts", unit="node")):
+    for i, name in enumerate(tqdm(names, desc="publishing node CPU and memory forecasts", unit="node")):
         base = float(rng.uniform(0.05, 0.95))
         mean = np.clip(base + 0.05 * rng.standard_normal(15).cumsum() / 4, 0, 1)
         p90 = np.clip(mean + 0.08, 0, 1)
@@ -116,6 +122,12 @@ def publish_nodes(redis_url: str, n: int) -> list[str]:
             f"node/{name}", origin=now - 30, step_seconds=60, mean=mean, quantiles={"p50": mean, "p90": p90},
             model="ar", generated_at=now, observed=((now - 30, base),),
             meta={"kind": "Node", "node": name, "zone": zones[i % 3], "cpu_cores": 8.0},
+        ))
+        mem = np.clip(float(rng.uniform(0.2, 0.85)) + 0.02 * rng.standard_normal(15).cumsum() / 4, 0, 1)
+        store.publish(make_forecast(
+            f"node-memory/{name}", origin=now - 30, step_seconds=60, mean=mem, quantiles={"p50": mem, "p90": np.clip(mem + 0.03, 0, 1)},
+            model="ar", generated_at=now, observed=((now - 30, float(mem[0])),),
+            meta={"kind": "NodeMemory", "node": name, "zone": zones[i % 3], "memory_bytes": 30.0 * 2**30, "capacity": "allocatable"},
         ))
     for z in zones:
         store.publish(make_forecast(
@@ -150,9 +162,14 @@ def node_object(name: str, zone: str) -> dict:
     }
 
 
-POD = {"metadata": {"name": "web-7d4b9", "namespace": "shop", "uid": "p-1"},
-       "spec": {"schedulerName": "foresight-scheduler", "containers": [{"name": "web", "image": "nginx",
-                "resources": {"requests": {"cpu": "100m"}}}]}}
+def pod(memory: str) -> dict:
+    return {"metadata": {"name": "web-7d4b9", "namespace": "shop", "uid": "p-1"},
+            "spec": {"schedulerName": "foresight-scheduler", "containers": [{"name": "web", "image": "nginx",
+                     "resources": {"requests": {"cpu": "100m", "memory": memory}}}]}}
+
+
+POD = pod("512Mi")
+BIG_POD = pod("12Gi")
 
 
 def measure(client, url: str, body: bytes, n: int, warmup: int, check, seconds: float = 0.0) -> dict:
@@ -254,6 +271,7 @@ def main() -> int:
         stack._wait_port(port, "uvicorn", timeout=60)
         base = f"http://127.0.0.1:{port}"
         names_body = json.dumps({"Pod": POD, "Nodes": None, "NodeNames": names}).encode()
+        big_body = json.dumps({"Pod": BIG_POD, "Nodes": None, "NodeNames": names}).encode()
         zones = ["zone-a", "zone-b", "zone-c"]
         full_body = json.dumps({"Pod": POD, "Nodes": {"metadata": {}, "items": [node_object(n, zones[i % 3]) for i, n in enumerate(names)]},
                                 "NodeNames": None}).encode()
@@ -268,15 +286,19 @@ def main() -> int:
             assert len(doc["nodenames"]) + len(doc["failedNodes"]) == len(names)
 
         results: dict = {"loadavg_1m_at_start": os.getloadavg()[0], "nodes": args.nodes, "server": "uvicorn 1 worker, uvloop+httptools, loopback, keep-alive",
-                         "store": "Redis (real), 5,000 node forecasts", "cpu_count": os.cpu_count()}
+                         "store": "Redis (real), 5,000 node CPU + 5,000 node memory forecasts", "cpu_count": os.cpu_count(),
+                         "pod_memory_request": "512Mi (12Gi for ours_prioritize_nodenames_12Gi_pod)"}
         with httpx.Client(timeout=60) as client:
             ours = measure(client, f"{base}/scheduler/prioritize", names_body, 0, 20, check_prioritize, seconds=args.seconds)
             naive = measure(client, f"{base}/naive/prioritize", names_body, args.naive_requests, 3, check_prioritize)
-            a = client.post(f"{base}/scheduler/prioritize", content=names_body).json()
-            b = client.post(f"{base}/naive/prioritize", content=names_body).json()
             # the snapshot is scored up to refresh_seconds earlier than the naive call, so a
             # node whose combined load sits on a rounding edge may differ by one point
-            diffs = [abs(x["score"] - y["score"]) for x, y in zip(a, b)]
+            diffs = []
+            for body in (names_body, big_body):
+                a = client.post(f"{base}/scheduler/prioritize", content=body).json()
+                b = client.post(f"{base}/naive/prioritize", content=body).json()
+                diffs += [abs(x["score"] - y["score"]) for x, y in zip(a, b)]
+            big = measure(client, f"{base}/scheduler/prioritize", big_body, 200, 5, check_prioritize)
             flt = measure(client, f"{base}/scheduler/filter", names_body, 0, 5, check_filter, seconds=args.seconds / 2)
             full = measure(client, f"{base}/scheduler/prioritize", full_body, 20, 2, check_prioritize)
         results["ours_prioritize_nodenames"] = ours
@@ -284,6 +306,7 @@ def main() -> int:
         results["score_agreement_ours_vs_naive"] = {"identical": sum(d == 0 for d in diffs), "nodes": len(diffs), "max_abs_diff": max(diffs)}
         results["ours_filter_nodenames"] = flt
         results["ours_prioritize_full_nodes"] = full
+        results["ours_prioritize_nodenames_12Gi_pod"] = big
         results["wrk_ours_prioritize"] = run_wrk(f"{base}/scheduler/prioritize", names_body, args.wrk_seconds, 4)
         results["wrk_naive_prioritize"] = run_wrk(f"{base}/naive/prioritize", names_body, args.wrk_seconds, 4)
         results["loadavg_1m_at_end"] = os.getloadavg()[0]
@@ -297,10 +320,11 @@ def main() -> int:
         redis.stop()
 
     server_ms = results["ours_prioritize_nodenames"]["_server_ms"]
-    for k in ("ours_prioritize_nodenames", "naive_prioritize_nodenames", "ours_filter_nodenames", "ours_prioritize_full_nodes"):
+    keys = ("ours_prioritize_nodenames", "naive_prioritize_nodenames", "ours_filter_nodenames", "ours_prioritize_full_nodes",
+            "ours_prioritize_nodenames_12Gi_pod")
+    for k in keys:
         results[k].pop("_server_ms")
-    lat = {k: results[k].pop("_latencies_ms") for k in ("ours_prioritize_nodenames", "naive_prioritize_nodenames",
-                                                        "ours_filter_nodenames", "ours_prioritize_full_nodes")}
+    lat = {k: results[k].pop("_latencies_ms") for k in keys}
     (RESULTS / "scheduler_extender.json").write_text(json.dumps(results, indent=2) + "\n")
 
     import matplotlib
@@ -311,6 +335,7 @@ def main() -> int:
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4.2))
     for key, label in (("ours_prioritize_nodenames", "ours: prioritize (snapshot)"),
                        ("ours_filter_nodenames", "ours: filter (snapshot)"),
+                       ("ours_prioritize_nodenames_12Gi_pod", "ours: prioritize, 12Gi pod (exact per-node path)"),
                        ("naive_prioritize_nodenames", "naive: prioritize (store per request)")):
         v = np.sort(lat[key])
         ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=f"{label}  p99={np.percentile(v, 99):.1f} ms")
@@ -341,6 +366,7 @@ def main() -> int:
     print(line("naive  prioritize (NodeNames)", results["naive_prioritize_nodenames"]))
     print(line("ours   filter     (NodeNames)", results["ours_filter_nodenames"]))
     print(line("ours   prioritize (full Nodes)", results["ours_prioritize_full_nodes"]))
+    print(line("ours   prioritize (12Gi pod)", results["ours_prioritize_nodenames_12Gi_pod"]))
     for k in ("wrk_ours_prioritize", "wrk_naive_prioritize"):
         if results.get(k):
             w = results[k]
