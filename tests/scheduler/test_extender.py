@@ -537,3 +537,18 @@ def test_the_fast_per_pod_answers_equal_the_exact_rule_for_every_node_and_reques
     for request in [0.0] + [rng.uniform(0, 48) * 2**30 for _ in range(30)]:
         got = {h["host"]: h["score"] for h in json.loads(prioritize_answer(snap, names, request))}
         assert got == {n: score_for_pod(snap.loads[n], request) for n in names}
+
+
+def test_the_adapters_rest_view_and_dashboard_list_node_memory_forecasts_beside_cpu():
+    from adapter.app import create_app
+
+    s = MemoryForecastStore()
+    publish_node(s, "n1", 0.40)
+    publish_memory(s, "n1", 0.60)
+    with TestClient(create_app(None, s)) as c:
+        listed = [i["series_id"] for i in c.get("/api/v1/forecasts").json()["items"]]
+        assert {"node/n1", "node-memory/n1"} <= set(listed)
+        mem = c.get("/api/v1/forecasts/node-memory/n1")
+        assert mem.status_code == 200 and mem.json()["meta"]["memory_bytes"] == 16 * 2**30
+        page = c.get("/").text
+        assert "node/n1" in page and "node-memory/n1" in page
