@@ -116,7 +116,8 @@ def render_dashboard(
         pol = row.get("serving_policy")
         if pol:
             what = "persistence" if pol.get("source") == "persistence" else pol.get("quantile")
-            lines.append(f'<div class="kv policy"><b>serving policy</b> {e(str(what))} x{pol.get("headroom", 1):g} '
+            hold = f', hold {pol.get("hold", 1)}' if pol.get("hold", 1) != 1 else ""
+            lines.append(f'<div class="kv policy"><b>serving policy</b> {e(str(what))} x{pol.get("headroom", 1):g}{e(hold)} '
                          f'(fallback x{pol.get("fallback_headroom", 1):g})<div class="why">{e(str(pol.get("reason", "")))}</div></div>')
         age = "—" if row["age_seconds"] is None else f"{row['age_seconds']:.0f} s"
         err = "—" if row["backtest_error"] is None else f"{row['backtest_error']:.3g}"

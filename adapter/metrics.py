@@ -8,12 +8,14 @@ simulator (replay/) run exactly the same rule:
    time before the demand arrives, and the max keeps the peak of the window from being
    averaged away. The forecast curve is piecewise linear through (origin, last observed)
    and the published points.
-2. served = m x max(predicted, observed), with the workload's serving policy (chosen by the
-   trainer, published with the forecast: ``forecaster.serving``): which quantile (or a flat
-   persistence path) is the prediction and the headroom m >= 1. A bad forecast may delay a
+2. served = m x max(predicted, observed floor), with the workload's serving policy (chosen by
+   the trainer, published with the forecast: ``forecaster.serving``): which quantile (or a flat
+   persistence path) is the prediction, the hold k (the floor is the max of the observed
+   demand now and the last k published samples) and the headroom m >= 1. A bad forecast may delay a
    scale-down, it never causes an under-scale (the floor Crane and PredictKube use as well).
    A forecast without a policy is served with ``MetricSettings.quantile`` and m = 1.
-3. A series on the fallback serves m_fallback x observed (the policy's persistence headroom):
+3. A series on the fallback serves m_fallback x its observed floor (the policy's persistence
+   headroom and hold):
    a reactive HPA with this workload's own headroom. A stale forecast (older than
    ``max_forecast_age_seconds``: the trainer is not keeping up) serves the plain observed
    value: the HPA does not check timestamps, and an old policy is no better than an old
@@ -161,12 +163,24 @@ def predicted_demand(fc: Forecast, now: float, settings: MetricSettings, quantil
     return max(0.0, best)
 
 
-def _fallback(observed: float | None, why: str, headroom: float = 1.0) -> ServedValue:
+def held_observed(fc: Forecast | None, observed: float | None, hold: int) -> float | None:
+    """The observed floor of hold k: max(observed now, the last k published samples); None
+    when nothing current is observed (an old tail is no floor for a stale observation)."""
+    if observed is None or fc is None or hold <= 1 or not fc.observed:
+        return observed
+    tail = [_finite_non_negative(v) for _, v in fc.observed[-int(hold):]]
+    return max([observed] + [v for v in tail if v is not None])
+
+
+def _fallback(observed: float | None, why: str, headroom: float = 1.0, held: float | None = None,
+              hold: int = 1) -> ServedValue:
     if observed is None:
         raise NoData(f"{why}, and no observed demand to fall back on")
-    if headroom != 1.0:
-        return ServedValue(value=headroom * observed, source="observed", headroom=headroom, predicted=None, observed=observed,
-                           reason=f"{why}; serving observed demand x{headroom:g} (the policy's persistence headroom)")
+    if headroom != 1.0 or hold > 1:
+        base = observed if held is None else held
+        what = f"the max of the last {hold} observed samples {base:.4g}" if hold > 1 else "observed demand"
+        return ServedValue(value=headroom * base, source="observed", headroom=headroom, predicted=None, observed=observed,
+                           reason=f"{why}; serving {what} x{headroom:g} (the policy's persistence headroom and hold)")
     return ServedValue(value=observed, source="observed", reason=f"{why}; serving observed demand", predicted=None, observed=observed)
 
 
@@ -200,9 +214,10 @@ def served_cores(
         )
     policy, note = policy_of(fc)
     if fc.status == "fallback":
-        m = policy.fallback_headroom if policy is not None else 1.0
-        return _fallback(obs, f"series is on the fallback ({fc.reason or 'no reason given'}){note}", headroom=m)
-    m = policy.headroom if policy is not None else 1.0
+        m, k = (policy.fallback_headroom, policy.fallback_hold) if policy is not None else (1.0, 1)
+        return _fallback(obs, f"series is on the fallback ({fc.reason or 'no reason given'}){note}", headroom=m,
+                         held=held_observed(fc, obs, k), hold=k)
+    m, k = (policy.headroom, policy.hold) if policy is not None else (1.0, 1)
     if policy is not None and policy.source == "persistence":
         pred = observed_now(fc)
         what = f"persistence (last observed {fc.observed[-1][0] if fc.observed else 0:.0f})"
@@ -217,11 +232,14 @@ def served_cores(
             return _fallback(obs, why + note)
         what = f"{quantile} forecast max over the next {settings.lead_seconds:g} s ({model_name(fc)})"
     base, floored = pred, False
-    if settings.observed_floor and obs is not None and obs > pred:
-        base, floored = obs, True
+    floor = held_observed(fc, obs, k) if settings.observed_floor else None
+    if floor is not None and floor > pred:
+        base, floored = floor, True
     value = m * base
     reason = f"{what} is {pred:.4g} cores"
-    reason += f", below observed {obs:.4g}: floored at observed" if floored else ""
+    if floored:
+        reason += f", below observed {floor:.4g}: floored at observed" if k <= 1 else \
+            f", below {floor:.4g}, the max of observed now and the last {k} samples (hold {k}): floored there"
     reason += f"; x{m:g} headroom from the serving policy" if m != 1.0 else ""
     return ServedValue(value=value, source="forecast", reason=reason + note, predicted=pred, observed=obs, headroom=m)
 

@@ -30,6 +30,7 @@ serving:                              # optional: how each workload's serving po
   target_value: 0.7                   # the HPA's target Value
   slo_utilization: 0.9
   history_days: 2
+  holds: [1, 2, 3]                    # observed floor = max of the last k samples; k chosen per workload
 workloads:
   - namespace: shop
     name: checkout

@@ -5,10 +5,14 @@ recent history (:func:`choose_policy`); it is *published* with every forecast
 (``Forecast.policy``, a plain versioned mapping); it is *applied* only in
 ``adapter/metrics.py``. The replay runs the same trainer, so what it measures is what ships.
 
-A policy is (source, quantile, headroom m):
-- source ``model``: the forecast's quantile path; ``persistence``: a flat path at the last
-  observed value (on days when the model does not pay for itself);
-- the adapter serves m x max(prediction, observed): headroom proportional to the served
+A policy is (source, quantile, hold k, headroom m):
+- source ``model``: the forecast's quantile path; ``persistence``: a flat path at the
+  observed floor (on days when the model does not pay for itself);
+- the observed floor is the max of the last k observed samples: k = 1 is the last value; a
+  longer hold keeps capacity through the dips of a bursty workload, whose next burst follows
+  a dip more often than a forecast can tell (what a reactive HPA's 5-minute scale-down
+  stabilization does for every workload, chosen here per workload);
+- the adapter serves m x max(prediction, floor): headroom proportional to the served
   value, like a reactive HPA retuned to target / m, but only where the load is predicted.
   m >= 1 by default, so the served value is never below what is observed: a forecast can
   delay a scale-down, never cause an under-scale relative to a reactive HPA at the same target.
@@ -28,10 +32,13 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["POLICY_VERSION", "ServingPolicy", "ServingSettings", "choose_policy", "DEFAULT_HEADROOMS"]
+__all__ = ["POLICY_VERSION", "ServingPolicy", "ServingSettings", "choose_policy", "held_floor", "DEFAULT_HEADROOMS", "DEFAULT_HOLDS"]
 
-POLICY_VERSION = 1
+POLICY_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # version 1 had no hold: it reads as hold 1
+MAX_HOLD = 12  # the trainer publishes the last 12 observed samples with every forecast
 SOURCES = ("model", "persistence")
+DEFAULT_HOLDS = (1, 2, 3)
 DEFAULT_HEADROOMS = (1.0, 1.05, 1.1, 1.15, 1.2, 1.27, 1.33, 1.4, 1.5, 1.6, 1.75, 2.0, 2.5)
 
 
@@ -49,6 +56,8 @@ class ServingSettings:
     slo_utilization: utilization above which an interval counts as a violation.
     history_days: how much recent history the choice looks at (at most the validation tail
         the selection held out, so every forecast it scores is out of sample).
+    holds: the candidate holds k (samples, 1-12): the observed floor is the max of the last k
+        observed samples.
     """
 
     violation_cost_pods: float = 90.0
@@ -59,6 +68,7 @@ class ServingSettings:
     slo_utilization: float = 0.9
     history_days: float = 2.0
     allow_below_observed: bool = False
+    holds: tuple[int, ...] = DEFAULT_HOLDS
 
     def problems(self, path: str = "serving", published: Sequence[str] | None = None) -> list[str]:
         """Every problem with its path (empty when valid)."""
@@ -89,6 +99,11 @@ class ServingSettings:
             elif m < 1 and not self.allow_below_observed:
                 bad(f"headrooms[{i}]", f"{m!r} is below 1: it serves less than the observed demand; "
                     "set allow_below_observed: true to accept that under-scale risk")
+        if not self.holds:
+            bad("holds", "must list at least one hold such as 1 (the last observed sample)")
+        for i, k in enumerate(self.holds):
+            if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_HOLD:
+                bad(f"holds[{i}]", f"{k!r} must be a whole number of samples in [1, {MAX_HOLD}]")
         if not _num(self.target_value) or not 0 < self.target_value <= 10:
             bad("target_value", f"{self.target_value!r} must be a number in (0, 10] (the HPA's target Value, e.g. 0.7)")
         if not _num(self.slo_utilization) or not 0 < self.slo_utilization <= 10:
@@ -113,9 +128,10 @@ def _pct(q: str) -> bool:
 class ServingPolicy:
     """What the adapter applies to one workload's forecast (see the module doc).
 
-    ``fallback_headroom`` is the best m for the persistence source: it applies whenever the
-    model is not served (the series is on its fallback), so a drifted model degrades to a
-    reactive HPA with this workload's own headroom, never below observed demand.
+    ``fallback_headroom``/``fallback_hold`` are the best m and k for the persistence source:
+    they apply whenever the model is not served (the series is on its fallback), so a drifted
+    model degrades to a reactive HPA with this workload's own headroom, never below observed
+    demand.
     """
 
     source: str = "model"
@@ -126,12 +142,15 @@ class ServingPolicy:
     chosen_at: float | None = None
     reason: str = "default policy: no choice made yet"
     costs: Mapping[str, float] = field(default_factory=dict)  # candidate label -> cost, for people
+    hold: int = 1
+    fallback_hold: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": self.version, "source": self.source, "quantile": self.quantile,
-            "headroom": self.headroom, "fallback_headroom": self.fallback_headroom,
-            "chosen_at": self.chosen_at, "reason": self.reason, "costs": dict(self.costs),
+            "headroom": self.headroom, "hold": self.hold, "fallback_headroom": self.fallback_headroom,
+            "fallback_hold": self.fallback_hold, "chosen_at": self.chosen_at, "reason": self.reason,
+            "costs": dict(self.costs),
         }
 
     @classmethod
@@ -140,15 +159,32 @@ class ServingPolicy:
         with invalid values raises ValueError (the reader serves the observed value then)."""
         if not d:
             return None
-        if d.get("version") != POLICY_VERSION:
-            raise ValueError(f"serving policy version {d.get('version')!r} is not {POLICY_VERSION}")
+        if d.get("version") not in READABLE_VERSIONS:
+            raise ValueError(f"serving policy version {d.get('version')!r} is not one of {READABLE_VERSIONS}")
         src, q = d.get("source"), d.get("quantile")
         m, fm = d.get("headroom"), d.get("fallback_headroom", 1.0)
-        if src not in SOURCES or not isinstance(q, str) or not _num(m) or not _num(fm) or m <= 0 or fm <= 0:
+        k, fk = d.get("hold", 1), d.get("fallback_hold", 1)
+        if src not in SOURCES or not isinstance(q, str) or not _num(m) or not _num(fm) or m <= 0 or fm <= 0 \
+                or not _hold_ok(k) or not _hold_ok(fk):
             raise ValueError(f"invalid serving policy {dict(d)!r}")
         costs = d.get("costs") or {}
         return cls(src, q, float(m), float(fm), POLICY_VERSION, d.get("chosen_at"), str(d.get("reason", "")),
-                   {str(k): float(v) for k, v in costs.items()} if isinstance(costs, Mapping) else {})
+                   {str(k_): float(v) for k_, v in costs.items()} if isinstance(costs, Mapping) else {}, int(k), int(fk))
+
+
+def _hold_ok(k: Any) -> bool:
+    return isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= MAX_HOLD
+
+
+def held_floor(values: np.ndarray, origins: np.ndarray, k: int) -> np.ndarray:
+    """max(values[o - k + 1 .. o]) for every origin o, ignoring NaN (the observed floor of hold k)."""
+    values = np.asarray(values, dtype="float64")
+    origins = np.asarray(origins, dtype=int)
+    out = values[origins].copy()
+    for j in range(1, k):
+        prev = values[np.maximum(origins - j, 0)]
+        out = np.fmax(out, np.where(origins - j >= 0, prev, np.nan))
+    return out
 
 
 def choose_policy(
@@ -158,15 +194,20 @@ def choose_policy(
     capacity_per_pod: float,
     settings: ServingSettings,
     chosen_at: float | None = None,
+    floors: Mapping[int, np.ndarray] | None = None,
 ) -> ServingPolicy:
-    """Pick the cheapest (source, quantile, m) over past origins.
+    """Pick the cheapest (source, quantile, hold k, m) over past origins.
 
     actual_next[i]: the sample that followed origin i; last[i]: the sample at origin i;
     first_points[q][i]: the model's one-step quantile q forecast made at origin i;
+    floors[k][i]: the observed floor of hold k at origin i (max of the last k samples; hold 1
+    is ``last``, the only hold without ``floors``);
     capacity_per_pod: demand one pod can carry (CPU request in cores for CPU demand).
     """
     actual_next = np.asarray(actual_next, dtype="float64")
     last = np.asarray(last, dtype="float64")
+    floors = {1: last, **{int(k): np.asarray(v, dtype="float64") for k, v in (floors or {}).items()}}
+    holds = [k for k in sorted(set(settings.holds)) if k in floors] or [1]
     ok = np.isfinite(actual_next) & np.isfinite(last)
     for v in first_points.values():
         ok &= np.isfinite(np.asarray(v, dtype="float64"))
@@ -175,42 +216,73 @@ def choose_policy(
         why = f"only {n} scored intervals (< 12)" if n < 12 else "no capacity per pod known"
         return ServingPolicy(source="model", quantile=settings.quantiles[-1], chosen_at=chosen_at,
                              reason=f"default ({why}): {settings.quantiles[-1]} forecast, no headroom")
-    a, lv = actual_next[ok], last[ok]
+    a = actual_next[ok]
     unit = settings.target_value * capacity_per_pod
     limit = settings.slo_utilization * capacity_per_pod
     lam = float(settings.violation_cost_pods)
     grid = np.asarray(sorted(settings.headrooms), dtype="float64")
-    cands: list[tuple[str, str, float, float, int, float]] = []  # source, q, m, cost, violations, pods
-    bases = []  # the model first: on a tie the forecast is served
-    if "model" in settings.sources:
-        bases += [("model", q, np.maximum(np.asarray(first_points[q], dtype="float64")[ok], lv))
-                  for q in settings.quantiles if q in first_points]
-    if "persistence" in settings.sources:
-        bases.append(("persistence", "-", lv))
-    for src, q, base in bases:
-        pods = np.maximum(np.ceil(grid[:, None] * base[None, :] / unit - 1e-9), 1.0)
-        viol = (a[None, :] > limit * pods).sum(axis=1)
-        cost = pods.sum(axis=1) + lam * viol
-        for m, c, v, p in zip(grid, cost, viol, pods.sum(axis=1)):
-            cands.append((src, q, float(m), float(c), int(v), float(p)))
-    best = min(cands, key=lambda c: (c[3], c[2]))
+    cands: list[tuple[str, str, int, float, float, int, float]] = []  # source, q, k, m, cost, violations, pods
+    for k in holds:  # the shortest hold first: on a tie the least sticky policy is served
+        fl = np.fmax(floors[k][ok], last[ok])
+        bases = []  # the model first: on a tie the forecast is served
+        if "model" in settings.sources:
+            bases += [("model", q, np.maximum(np.asarray(first_points[q], dtype="float64")[ok], fl))
+                      for q in settings.quantiles if q in first_points]
+        if "persistence" in settings.sources:
+            bases.append(("persistence", "-", fl))
+        for src, q, base in bases:
+            pods = np.maximum(np.ceil(grid[:, None] * base[None, :] / unit - 1e-9), 1.0)
+            viol = (a[None, :] > limit * pods).sum(axis=1)
+            cost = pods.sum(axis=1) + lam * viol
+            for m, c, v, p in zip(grid, cost, viol, pods.sum(axis=1)):
+                cands.append((src, q, k, float(m), float(c), int(v), float(p)))
+    order = {c: i for i, c in enumerate(cands)}
+    best = min(cands, key=lambda c: (c[4], c[3], order[c]))
     persist = [c for c in cands if c[0] == "persistence"]
-    fb = min(persist, key=lambda c: (c[3], c[2]))[2] if persist else best[2]
-    src, q, m, cost, viol, pods = best
-    label = "persistence" if src == "persistence" else q
-    others = sorted(cands, key=lambda c: c[3])
-    runner = next((c for c in others if (c[0], c[1]) != (src, q)), None)
-    reason = (f"over the last {n} intervals, {label} x{m:g} cost {pods:.0f} pod-intervals + {viol} violations "
+    fb = min(persist, key=lambda c: (c[4], c[3], order[c])) if persist else best
+    src, q, k, m, cost, viol, pods = best
+
+    def label(c) -> str:
+        name = "persistence" if c[0] == "persistence" else c[1]
+        return name if c[2] == 1 else f"{name} hold {c[2]}"
+
+    runner = next((c for c in sorted(cands, key=lambda c: c[4]) if (c[0], c[1]) != (src, q)), None)
+    reason = (f"over the last {n} intervals, {label(best)} x{m:g} cost {pods:.0f} pod-intervals + {viol} violations "
               f"x {lam:g} = {cost:.0f}, the lowest of {len(cands)} candidates")
     if runner is not None:
-        rl = "persistence" if runner[0] == "persistence" else runner[1]
-        reason += f" (best other source: {rl} x{runner[2]:g} = {runner[3]:.0f})"
-    costs = {}
-    for s_, q_, m_, c_, _, _ in cands:
-        k = ("persistence" if s_ == "persistence" else q_)
-        costs[k] = min(costs.get(k, math.inf), c_)
+        reason += f" (best other source: {label(runner)} x{runner[3]:g} = {runner[4]:.0f})"
+    costs: dict[str, float] = {}
+    for c in cands:
+        costs[label(c)] = min(costs.get(label(c), math.inf), c[4])
     return ServingPolicy(source=src, quantile=settings.quantiles[-1] if src == "persistence" else q, headroom=m,
-                         fallback_headroom=fb, chosen_at=chosen_at, reason=reason, costs=costs)
+                         fallback_headroom=fb[3], chosen_at=chosen_at, reason=reason, costs=costs,
+                         hold=k, fallback_hold=fb[2])
+
+
+def cross_fitted_offsets(residuals: np.ndarray, q: float, min_points: int = 24) -> np.ndarray | None:
+    """The q-quantile offset for every scored origin, calibrated on the *other* half of the
+    window (2-fold, split in time), or None when a half has fewer than ``min_points``.
+
+    The published offsets are conformal quantiles of this same validation tail's residuals:
+    scoring the p90 path with them would grade the model on the points its margin was fitted
+    to, and the choice would then favour the model over persistence on every bursty series.
+    """
+    r = np.asarray(residuals, dtype="float64")
+    n = len(r)
+    half = n // 2
+    a, b = r[:half], r[half:]
+    a_ok, b_ok = a[np.isfinite(a)], b[np.isfinite(b)]
+    if len(a_ok) < min_points or len(b_ok) < min_points:
+        return None
+
+    def level(x: np.ndarray) -> float:  # the finite-sample corrected split-conformal quantile
+        k = min(1.0, math.ceil((len(x) + 1) * q) / len(x))
+        return float(np.quantile(x, k))
+
+    out = np.empty(n)
+    out[:half] = level(b_ok)
+    out[half:] = level(a_ok)
+    return out
 
 
 def policy_from_model(
@@ -228,7 +300,8 @@ def policy_from_model(
     ``tail`` = (origins, 1-step means) the selection kept from its validation tail (parameters
     fitted without it: out of sample; ``Selection.tail_origins/tail_means``). Without it the
     model scores the window itself with its parameters fixed (``rolling_means``). Quantile
-    paths are the model's published ones: the point forecast plus the calibrated offsets.
+    paths are the point forecast plus offsets cross-fitted on the other half of the window
+    (:func:`cross_fitted_offsets`), because the published offsets were calibrated on it.
     """
     from forecaster.models.base import clean_history
 
@@ -257,6 +330,29 @@ def policy_from_model(
     offsets = getattr(model, "offsets_", None) or {}
     firsts = {}
     for q in settings.quantiles:
-        off = 0.0 if q == "mean" or q not in offsets else float(np.asarray(offsets[q])[0])
-        firsts[q] = np.maximum(mean + (off if np.isfinite(off) else 0.0), 0.0)
-    return choose_policy(raw[origins + 1], raw[origins], firsts, float(capacity_per_pod), settings, chosen_at)
+        if q == "mean" or q not in offsets:
+            firsts[q] = np.maximum(mean, 0.0)
+            continue
+        off = cross_fitted_offsets(raw[origins + 1] - mean, float(q[1:]) / 100.0)
+        if off is None:  # too few points to cross-fit: the published offset
+            off0 = float(np.asarray(offsets[q])[0])
+            off = np.full(len(mean), off0 if np.isfinite(off0) else 0.0)
+        firsts[q] = np.maximum(mean + off, 0.0)
+    floors = {k: held_floor(raw, origins, k) for k in settings.holds if k > 1}
+    return choose_policy(exposure(raw, origins), raw[origins], firsts, float(capacity_per_pod), settings, chosen_at, floors)
+
+
+def exposure(raw: np.ndarray, origins: np.ndarray) -> np.ndarray:
+    """The demand the pods decided from origin i must carry: the next sample, or half-way to
+    the one after it when that is higher.
+
+    Pods asked for on a sample serve until the pods of the next sample are ready: that sample
+    is published a metric delay after it (90 s) and its pods start a minute later, about half
+    an interval into the next rise (demand is linear between samples). Scoring only the next
+    sample misses that half interval, which is where a rising workload's violations are.
+    """
+    raw = np.asarray(raw, dtype="float64")
+    a1 = raw[origins + 1]
+    nxt = origins + 2
+    a2 = np.where(nxt < len(raw), raw[np.minimum(nxt, len(raw) - 1)], np.nan)
+    return np.fmax(a1, np.where(np.isfinite(a1) & np.isfinite(a2), 0.5 * (a1 + a2), np.nan))

@@ -157,11 +157,12 @@ def parse_serving(c: _Checker, raw: Any, quantiles: tuple[float, ...], path: str
             kw[k] = c.typed(d, k, path, (int, float), getattr(base or ServingSettings, k))
     if "allow_below_observed" in d:
         kw["allow_below_observed"] = c.typed(d, "allow_below_observed", path, (bool,), False)
-    for k, kind in (("quantiles", str), ("sources", str), ("headrooms", (int, float))):
+    for k, kind in (("quantiles", str), ("sources", str), ("headrooms", (int, float)), ("holds", int)):
         if k in d:
             v = d[k]
             if not isinstance(v, list) or not all(isinstance(x, kind) and not isinstance(x, bool) for x in v):
-                c.add(f"{path}.{k}", f"must be a list of {'strings' if kind is str else 'numbers'}, got {v!r}")
+                what = {str: "strings", int: "whole numbers of samples"}.get(kind, "numbers")
+                c.add(f"{path}.{k}", f"must be a list of {what}, got {v!r}")
             else:
                 kw[k] = tuple(v)
     settings = replace(base or ServingSettings(), **kw)

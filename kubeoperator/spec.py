@@ -20,7 +20,7 @@ LOAD_RATIO_METRIC = "predicted_cpu_load_ratio"
 SERVING_FIELDS = {
     "violationCostPods": "violation_cost_pods", "quantiles": "quantiles", "sources": "sources",
     "headrooms": "headrooms", "targetValue": "target_value", "sloUtilization": "slo_utilization",
-    "historyDays": "history_days", "allowBelowObserved": "allow_below_observed",
+    "historyDays": "history_days", "allowBelowObserved": "allow_below_observed", "holds": "holds",
 }
 
 

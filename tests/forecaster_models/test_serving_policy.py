@@ -11,7 +11,7 @@ import pytest
 from adapter.metrics import MetricSettings, served_cores, served_load_ratio
 from forecaster.config import parse_config
 from forecaster.errors import ConfigError
-from forecaster.serving import ServingPolicy, ServingSettings, choose_policy
+from forecaster.serving import POLICY_VERSION, ServingPolicy, ServingSettings, choose_policy, held_floor
 from forecaster.store import Forecast, MemoryForecastStore, make_forecast
 from forecaster.training import Trainer
 
@@ -63,7 +63,7 @@ def test_the_trainer_chooses_and_publishes_a_versioned_policy_and_shows_why():
     tr = Trainer(store, models=("ar",), serving=ServingSettings(violation_cost_pods=150))
     tr.fit("a/b", ts, v, now=ts[-1], capacity_per_pod=1.0)
     fc = tr.refresh("a/b", ts, v, now=ts[-1] + 90)
-    assert fc.policy["version"] == 1 and fc.policy["headroom"] >= 1.1
+    assert fc.policy["version"] == POLICY_VERSION and fc.policy["headroom"] >= 1.1
     assert tr.status("a/b")["policy"] == fc.policy
     back = Forecast.from_json(fc.to_json())  # what Redis readers get
     assert back.policy == fc.policy
@@ -114,12 +114,75 @@ def test_the_adapter_applies_the_published_policy():
     assert r.value == pytest.approx(15.0 / 1.5) and r.headroom == 1.5
 
 
+def test_held_floor_is_the_max_of_the_last_k_samples_ignoring_gaps():
+    v = np.array([1.0, 5.0, np.nan, 2.0, 3.0])
+    o = np.arange(5)
+    assert held_floor(v, o, 1)[[0, 1, 3, 4]].tolist() == [1.0, 5.0, 2.0, 3.0]
+    assert held_floor(v, o, 2).tolist() == [1.0, 5.0, 5.0, 2.0, 3.0]
+    assert held_floor(v, o, 3).tolist() == [1.0, 5.0, 5.0, 5.0, 3.0]
+
+
+def test_a_workload_whose_bursts_return_after_a_dip_is_served_with_a_hold():
+    n = 600
+    actual_all = np.tile([10.0, 10.0, 2.0], n // 3 + 2)  # bursts resume after a one-sample dip
+    origins = np.arange(2, n + 2)
+    last, nxt = actual_all[origins], actual_all[origins + 1]
+    p50 = np.full(n, 7.0)  # a model that cannot tell the dip from the burst
+    floors = {k: held_floor(actual_all, origins, k) for k in (2, 3)}
+    pol = choose_policy(nxt, last, {"p50": p50}, 1.0, ServingSettings(quantiles=("p50",)), floors=floors)
+    assert pol.hold >= 2 and "hold" in pol.reason, pol.reason
+    # without the candidate holds the same choice has to buy the bursts with headroom or violations
+    one = choose_policy(nxt, last, {"p50": p50}, 1.0, ServingSettings(quantiles=("p50",), holds=(1,)), floors=floors)
+    assert one.hold == 1 and min(one.costs.values()) > min(pol.costs.values())
+    # a steady series needs no hold: the shortest hold wins the tie
+    flat = np.full(n, 10.0)
+    steady = choose_policy(flat, flat, {"p50": flat}, 1.0, ServingSettings(quantiles=("p50",)),
+                           floors={2: flat, 3: flat})
+    assert steady.hold == 1
+
+
+def test_the_adapter_floors_at_the_max_of_the_last_k_published_samples():
+    S = MetricSettings()
+    obs = tuple((T0 - 400 - 300 * i, v) for i, v in reversed(list(enumerate([3.0, 9.0, 20.0]))))
+    fc = make_forecast("a/b", origin=T0 - 400, step_seconds=300, mean=[4.0] * 12, quantiles={"p90": [5.0] * 12},
+                       model="ar", generated_at=T0, observed=obs, policy=_pol(hold=2, headroom=1.5))
+    sv = served_cores(fc, T0, S, observed=3.5)
+    assert sv.value == pytest.approx(1.5 * 9.0) and "hold 2" in sv.reason  # max(3.5, 3, 9) x 1.5
+    fc3 = make_forecast("a/b", origin=T0 - 400, step_seconds=300, mean=[4.0] * 12, quantiles={"p90": [5.0] * 12},
+                        model="ar", generated_at=T0, observed=obs, policy=_pol(source="persistence", hold=3))
+    assert served_cores(fc3, T0, S, observed=3.5).value == pytest.approx(20.0)
+    fb = make_forecast("a/b", origin=T0 - 400, step_seconds=300, mean=[4.0] * 12, quantiles={"p90": [5.0] * 12},
+                       model="ar", generated_at=T0, observed=obs, status="fallback",
+                       policy=_pol(fallback_hold=2, fallback_headroom=1.2))
+    assert served_cores(fb, T0, S, observed=3.5).value == pytest.approx(1.2 * 9.0)
+    # a stale forecast's tail is no floor: plain observed, as a reactive HPA
+    old = make_forecast("a/b", origin=T0 - 400, step_seconds=300, mean=[4.0] * 12, quantiles={"p90": [5.0] * 12},
+                        model="ar", generated_at=T0 - 3600, observed=obs, policy=_pol(hold=3))
+    assert served_cores(old, T0, S, observed=3.5).value == pytest.approx(3.5)
+
+
+def test_policies_of_version_1_read_as_hold_1_and_bad_holds_are_refused():
+    v1 = {"version": 1, "source": "model", "quantile": "p90", "headroom": 1.2, "fallback_headroom": 1.1}
+    pol = ServingPolicy.from_dict(v1)
+    assert pol.hold == 1 and pol.fallback_hold == 1 and pol.headroom == 1.2
+    for bad in (0, 13, 1.5, True):
+        with pytest.raises(ValueError):
+            ServingPolicy.from_dict({**_pol(), "hold": bad})
+    probs = ServingSettings(holds=(0, 2, 13)).problems()
+    assert any(p.startswith("serving.holds[0]") for p in probs) and any(p.startswith("serving.holds[2]") for p in probs)
+    with pytest.raises(ConfigError) as e:
+        parse_config({"serving": {"holds": [1, "two"]}, "workloads": [{"namespace": "a", "name": "b"}]})
+    assert "serving.holds" in str(e.value)
+    assert parse_config({"serving": {"holds": [1, 4]}, "workloads": [{"namespace": "a", "name": "b"}]}).serving.holds == (1, 4)
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_a_served_value_is_never_below_the_observed_demand(seed):
     rng = np.random.default_rng(seed)
     for _ in range(50):
         pol = _pol(source=str(rng.choice(["model", "persistence"])), quantile=str(rng.choice(["p50", "p90"])),
-                   headroom=float(rng.choice([1.0, 1.1, 2.0])), fallback_headroom=float(rng.choice([1.0, 1.3])))
+                   headroom=float(rng.choice([1.0, 1.1, 2.0])), fallback_headroom=float(rng.choice([1.0, 1.3])),
+                   hold=int(rng.integers(1, 4)), fallback_hold=int(rng.integers(1, 4)))
         obs = float(rng.uniform(0, 50))
         fc = _fc(pol, status=str(rng.choice(["ok", "fallback"])), q90=float(rng.uniform(0, 50)), obs=float(rng.uniform(0, 50)))
         sv = served_cores(fc, T0 + float(rng.uniform(0, 200)), MetricSettings(), observed=obs)

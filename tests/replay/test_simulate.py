@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from forecaster.config import TrainingConfig
+from forecaster.serving import POLICY_VERSION
 from replay.pipeline import PipelineConfig
 from replay.simulate import ReplayConfig, StartupModel, make_world, production_feed, run_mode
 
@@ -83,7 +84,7 @@ def test_the_production_trainer_only_ever_sees_samples_published_before_use(monk
     assert 4 <= len(fits) <= 6  # 2 days at a 12 h retrain interval, plus the first fit
     assert feed.fits == len(fits)
     # every publication carries the serving policy the trainer chose at its last fit
-    assert all(fc.policy and fc.policy["version"] == 1 for fc in feed.published)
+    assert all(fc.policy and fc.policy["version"] == POLICY_VERSION for fc in feed.published)
 
 
 def test_a_second_mode_reads_the_same_publications_as_the_store_held_them():
