@@ -1,7 +1,7 @@
 """Fleet scale: how fast do per-series fits go on the engines, what does Ray cost, and what
 would 100,000 workloads need?
 
-    .venv/bin/python bench/fleet_scale.py [--fits 100] [--workloads 10000]
+    .venv/bin/python bench/fleet_scale.py [--fits 100] [--workloads 10000] [--tag NAME]
 
 Workloads are resampled from the real Azure VM CPU traces (``$FORESIGHT_DATA_DIR/cpu``, as in
 bench/trainer_freshness.py): a random base trace, time offset and amplitude scale, 14 days of
@@ -11,13 +11,17 @@ Measured, each on the same ``--fits`` workloads (warm workers: a first small map
 model libraries in every worker and is not timed; the best of ``--repeat`` maps counts):
 - fits per second: local in this process (1 process), local pool of 2 processes, Ray with 1
   and with 2 worker CPUs (a local Ray started by the engine); the speed-up of 2 Ray workers over
-  1; Ray's overhead against local with the same number of (warm) processes;
+  1; Ray's overhead against local with the same number of (warm) processes; per fit, the wall
+  time and the CPU time of the worker process (equal CPU with more wall time = waiting for a
+  core, not more work); and Ray with 1 worker at Ray's own defaults (workers reniced to 15, the
+  dashboard on) beside the engine's settings (forecaster/engines/ray_engine.py);
 - the refresh of ``--workloads`` fitted workloads in one trainer process (refreshes stay in the
   trainer: they need its states and its store), and the trainer's memory per workload;
 - the bytes of one fitted state (what a Ray worker sends back per fit);
 - Redis publishes per second on a real redis-server when one is installed.
 Then a projection to 100,000 workloads and N workers from these per-worker figures.
-Results: bench/results/fleet_scale.json and .md.
+Results: bench/results/fleet_scale.json and .md (fleet_scale.TAG.* with --tag, e.g. for a run
+on a loaded machine that must not replace the idle one's).
 """
 
 from __future__ import annotations
@@ -73,10 +77,11 @@ def timed_map(engine, trainer: Trainer, items: list, label: str, repeat: int) ->
     assert len(got) == len(items) and not any(isinstance(g, Exception) for g in got)
     row = {"engine": label, "workers": engine.workers, "fits": len(items), "seconds": wall,
            "fits_per_second": len(items) / wall, "fits_per_second_per_worker": len(items) / wall / engine.workers,
-           "cpu_seconds_per_fit": st.task_seconds / len(items), "batches": st.batches, "batch_size": st.batch_size,
-           "engine_overhead": st.overhead()}
+           "seconds_per_fit": st.task_seconds / len(items), "cpu_seconds_per_fit": st.task_cpu_seconds / len(items),
+           "batches": st.batches, "batch_size": st.batch_size, "engine_overhead": st.overhead()}
     print(f"  {label:<22} {row['fits_per_second']:6.2f} fits/s ({row['fits_per_second_per_worker']:.2f} per worker), "
-          f"{st.task_seconds / len(items):.3f} s per fit, {st.batches} batches of {st.batch_size}, "
+          f"{st.task_seconds / len(items):.3f} s per fit ({st.task_cpu_seconds / len(items):.3f} s CPU), "
+          f"{st.batches} batches of {st.batch_size}, "
           f"{100 * st.overhead():.1f}% of the workers' time outside the fits", flush=True)
     return row, got
 
@@ -94,10 +99,11 @@ def engines_bench(trainer: Trainer, items: list, repeat: int) -> tuple[list[dict
         rows.append(row)
     finally:
         pool.close()
-    for cpus in (1, 2):
-        engine = RayEngine(num_cpus=cpus)
+    for cpus, label, kwargs in ((1, "ray, 1 worker, Ray's defaults", {"worker_niceness": None, "dashboard": True}),
+                                (1, "ray, 1 worker", {}), (2, "ray, 2 workers", {})):
+        engine = RayEngine(num_cpus=cpus, **kwargs)
         try:
-            row, got = timed_map(engine, trainer, items, f"ray, {cpus} worker{'s' if cpus > 1 else ''}", repeat)
+            row, got = timed_map(engine, trainer, items, label, repeat)
             row["same_models_as_local"] = [g.model_name for g in got] == [s.model_name for s in states]
             rows.append(row)
         finally:
@@ -152,7 +158,7 @@ def redis_bench(fc_sample, n: int = 3000) -> dict | None:
 
 
 def projection(rows: list[dict], refresh: dict, redis: dict | None, fits_per_day: float = 1.0) -> list[dict]:
-    ray1 = next(r for r in rows if r["engine"].startswith("ray, 1"))
+    ray1 = next(r for r in rows if r["engine"] == "ray, 1 worker")
     per_worker = ray1["fits_per_second"]  # one Ray worker = one core
     out = []
     for w in (10_000, 100_000):
@@ -166,16 +172,17 @@ def projection(rows: list[dict], refresh: dict, redis: dict | None, fits_per_day
 
 
 def write_markdown(payload: dict) -> Path:
-    lines = ["| engine | workers | fits/s | fits/s per worker | s per fit (in the worker) | workers' time outside fits |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| engine | workers | fits/s | fits/s per worker | s per fit (in the worker) | CPU s per fit | "
+             "workers' time outside fits |", "|---|---|---|---|---|---|---|"]
     for r in payload["engines"]:
         lines.append(f"| {r['engine']} | {r['workers']} | {r['fits_per_second']:.2f} | "
-                     f"{r['fits_per_second_per_worker']:.2f} | {r['cpu_seconds_per_fit']:.3f} | "
+                     f"{r['fits_per_second_per_worker']:.2f} | {r['seconds_per_fit']:.3f} | {r['cpu_seconds_per_fit']:.3f} | "
                      f"{100 * r['engine_overhead']:.1f}% |")
     s = payload["summary"]
     lines += ["", f"- Ray 2 workers vs 1: {s['ray_speedup_2_vs_1']:.2f}x",
               f"- Ray overhead vs local, same processes: 1 process {100 * s['ray_overhead_vs_local_1']:+.1f}%, "
-              f"2 processes {100 * s['ray_overhead_vs_local_2']:+.1f}% (warm processes on both sides)",
+              f"2 processes {100 * s['ray_overhead_vs_local_2']:+.1f}% (warm processes on both sides); "
+              f"Ray's default settings vs local, 1 process: {100 * s['ray_defaults_overhead_vs_local_1']:+.1f}%",
               f"- load average before/after (the machine is shared): {s['load_average_before_after']}",
               f"- refresh of {payload['refresh']['workloads']} workloads in one trainer: {payload['refresh']['seconds']:.1f} s "
               f"({payload['refresh']['ms_per_refresh']:.2f} ms each)",
@@ -187,7 +194,7 @@ def write_markdown(payload: dict) -> Path:
         red = f"{p['redis_seconds_per_refresh_round']:.1f}" if p["redis_seconds_per_refresh_round"] is not None else "-"
         lines.append(f"| {p['workloads']:,} | {p['ray_workers']} | {p['daily_refit_minutes']:.1f} | "
                      f"{p['refresh_seconds_one_trainer']:.0f} | {red} | {p['prometheus_queries_per_second_at_60s']:.0f} |")
-    path = RESULTS / "fleet_scale.md"
+    path = RESULTS / f"{payload['name']}.md"
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -198,7 +205,11 @@ def main() -> None:
     ap.add_argument("--workloads", type=int, default=10_000, help="workloads refreshed (default 10000)")
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--repeat", type=int, default=2, help="timed maps per engine; the best counts (default 2)")
+    ap.add_argument("--tag", default="", help="write fleet_scale.TAG.{json,md} instead of fleet_scale.{json,md}")
     args = ap.parse_args()
+    if args.tag and not args.tag.replace("-", "").replace("_", "").isalnum():
+        ap.error(f"--tag {args.tag!r}: letters, digits, - and _ only (it becomes part of a file name)")
+    name = f"fleet_scale.{args.tag}" if args.tag else "fleet_scale"
     t_all = time.perf_counter()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     bases = load_bases()
@@ -210,7 +221,7 @@ def main() -> None:
     rows, states = engines_bench(trainer, items, args.repeat)
     by = {r["engine"]: r for r in rows}
     l1, l2 = by["local, 1 process"], by["local pool, 2 processes"]
-    r1, r2 = by["ray, 1 worker"], by["ray, 2 workers"]
+    r1, r2, r0 = by["ray, 1 worker"], by["ray, 2 workers"], by["ray, 1 worker, Ray's defaults"]
     print(f"refresh of {args.workloads} workloads (one trainer process):", flush=True)
     refresh = refresh_bench(trainer, states, items, args.workloads)
     sample = Trainer(MemoryForecastStore(), models=("auto",))
@@ -221,13 +232,14 @@ def main() -> None:
         "ray_speedup_2_vs_1": r2["fits_per_second"] / r1["fits_per_second"],
         "ray_overhead_vs_local_1": r1["seconds"] / l1["seconds"] - 1,
         "ray_overhead_vs_local_2": r2["seconds"] / l2["seconds"] - 1,
+        "ray_defaults_overhead_vs_local_1": r0["seconds"] / l1["seconds"] - 1,
         "load_average_before_after": [load0, os.getloadavg()],
         "state_pickle_bytes": float(np.mean([len(pickle.dumps(s)) for s in states[:20]])),
     }
-    payload = {"settings": vars(args), "engines": rows, "summary": summary, "refresh": refresh, "redis": redis,
+    payload = {"name": name, "settings": vars(args), "engines": rows, "summary": summary, "refresh": refresh, "redis": redis,
                "projection": projection(rows, refresh, redis), "total_seconds": time.perf_counter() - t_all}
-    print(f"wrote {save_json('fleet_scale', payload)} and {write_markdown(payload)}")
-    print(RESULTS.joinpath("fleet_scale.md").read_text())
+    print(f"wrote {save_json(name, payload)} and {write_markdown(payload)}")
+    print(RESULTS.joinpath(f"{name}.md").read_text())
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ after a worker died therefore never counts a series twice. ``context`` is what e
 shares (settings, trained global models); it is shipped to each worker once per ``map``, not
 once per item.
 
-Only ``forecaster.engines.ray_engine`` imports ray.
+Only ``forecaster.engines.ray_engine`` and ``forecaster.engines.ray_train`` (the global LSTM on
+Ray Train) import ray.
 """
 
 from __future__ import annotations

@@ -22,8 +22,11 @@ class EngineError(UserError):
 
 @dataclass
 class MapStats:
-    """What the last ``map`` cost: ``task_seconds`` is the time spent inside ``fn`` summed over
-    items (on whichever worker ran them), ``seconds`` the caller's wall time."""
+    """What the last ``map`` cost: ``task_seconds`` is the wall time spent inside ``fn`` summed
+    over items (on whichever worker ran them), ``task_cpu_seconds`` the CPU time of the worker
+    processes over the same spans, ``seconds`` the caller's wall time. On a shared machine the
+    two differ: a worker that waits for a core (another process, a lower priority) adds wall
+    time to its fits but no CPU time."""
 
     items: int = 0
     batches: int = 0
@@ -31,6 +34,7 @@ class MapStats:
     workers: int = 1
     seconds: float = 0.0
     task_seconds: float = 0.0
+    task_cpu_seconds: float = 0.0
 
     def overhead(self) -> float:
         """Share of the workers' wall time not spent in ``fn`` (scheduling, transfer, imbalance)."""
@@ -64,8 +68,9 @@ def batches(items: Sequence[Any], size: int) -> list[list[Any]]:
     return [list(items[i : i + size]) for i in range(0, len(items), size)]
 
 
-def run_batch(fn: Callable[[Any, Any], Any], context: Any, batch: Sequence[Any]) -> tuple[list[Any], float]:
-    """What a worker runs for one batch: the results and the seconds spent in ``fn``."""
-    t0 = time.perf_counter()
+def run_batch(fn: Callable[[Any, Any], Any], context: Any, batch: Sequence[Any]) -> tuple[list[Any], float, float]:
+    """What a worker runs for one batch: the results, and the wall and CPU seconds spent in ``fn``
+    (the CPU time of the whole worker process: Ray's own threads in it count too)."""
+    t0, c0 = time.perf_counter(), time.process_time()
     out = [fn(context, item) for item in batch]
-    return out, time.perf_counter() - t0
+    return out, time.perf_counter() - t0, time.process_time() - c0

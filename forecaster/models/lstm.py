@@ -28,6 +28,7 @@ import numpy as np
 from forecaster.models.base import Model, ModelError, clean_history, season_length
 
 CHECKPOINT_VERSION = 1
+_WHERE = ("engine", "workers", "storage_path")  # where it trains, not what it is: not in checkpoints
 _DAY = 86400.0
 _WEEK = 7 * _DAY
 
@@ -45,7 +46,8 @@ class GlobalLSTM(Model):
 
     DEFAULTS = dict(window=48, hidden=32, epochs=10, batch=256, lr=3e-3, threads=2, stride=3,
                     max_windows_per_series=200, val_fraction=0.15, patience=2, seed=0,
-                    train_quantiles=(0.5, 0.9), horizon=12, max_seconds=420.0)
+                    train_quantiles=(0.5, 0.9), horizon=12, max_seconds=420.0,
+                    engine="local", workers=2, storage_path=None)  # engine ray: Ray Train
 
     def __init__(self, **params):
         super().__init__(**params)
@@ -121,10 +123,25 @@ class GlobalLSTM(Model):
         return Net()
 
     def fit_fleet(self, series: Sequence[tuple[np.ndarray, np.ndarray | None]], progress=None) -> "GlobalLSTM":
-        """Train the shared network on (values, timestamps) of many series (history only)."""
+        """Train the shared network on (values, timestamps) of many series (history only): in
+        this process, or with ``engine="ray"`` as torch DDP on ``workers`` Ray Train workers
+        (``forecaster.engines.ray_train``; the same network and checkpoint)."""
+        arrays = self.fleet_arrays(series)
+        if self.cfg.get("engine", "local") == "ray":
+            from forecaster.engines.ray_train import train_on_ray
+
+            return train_on_ray(self, arrays, progress=progress)
+        if self.cfg.get("engine", "local") != "local":
+            raise ModelError(f"lstm.engine: {self.cfg['engine']!r} must be local or ray")
         import torch
 
         torch.set_num_threads(int(self.cfg["threads"]))
+        self.net_, self.train_report_ = self.train_loop(arrays, progress=progress)
+        return self
+
+    def fleet_arrays(self, series: Sequence[tuple[np.ndarray, np.ndarray | None]]) -> tuple[np.ndarray, ...]:
+        """Training and validation windows of the fleet: (seq, extra, target) for training, then
+        the same for validation (the last ``val_fraction`` of each series' windows in time)."""
         rng = np.random.default_rng(int(self.cfg["seed"]))
         W, H = self.window, self.H
         tr, va = [], []
@@ -157,16 +174,27 @@ class GlobalLSTM(Model):
             va.append((seq[-n_val:], extra[-n_val:], tgt[-n_val:]))
         if not tr or sum(len(a[0]) for a in tr) < 8:
             raise ModelError("lstm: not enough history in the fleet to train (need > window + horizon points)")
-        cat = lambda parts, i: torch.from_numpy(np.concatenate([p[i] for p in parts]))  # noqa: E731
-        Xs, Xe, Y = cat(tr, 0), cat(tr, 1), cat(tr, 2)
-        Vs, Ve, VY = cat(va, 0), cat(va, 1), cat(va, 2)
-        net = self._build()
+        return tuple(np.concatenate([p[i] for p in parts]) for parts in (tr, va) for i in range(3))
+
+    def train_loop(self, arrays: tuple[np.ndarray, ...], progress=None, net=None, shard=None):
+        """The epochs over ``fleet_arrays``: returns (network, report). Under DDP each of the
+        ``shard.world`` ranks passes its wrapped ``net`` and takes its slice of every batch of
+        ``batch`` windows; each rank's loss is scaled so that the averaged gradient is that of
+        the whole batch (the same step as one process, up to float rounding), and ``shard.agree``
+        makes every rank take rank 0's stopping decisions (``shard.total`` sums over the ranks)."""
+        import torch
+
+        Xs, Xe, Y, Vs, Ve, VY = (torch.from_numpy(a) for a in arrays)
+        net = net if net is not None else self._build()
+        inner = getattr(net, "module", net)  # the network itself under DDP
         opt = torch.optim.Adam(net.parameters(), lr=float(self.cfg["lr"]))
         qs = torch.tensor(self.tq).view(1, -1, 1)
+        rank, world = (shard.rank, shard.world) if shard else (0, 1)
 
-        def loss_fn(pred, y):
+        def loss_fn(pred, y, n=None):  # pinball; mean over n windows (default: these)
             d = y.unsqueeze(1) - pred
-            return torch.maximum(qs * d, (qs - 1) * d).mean()
+            per = torch.maximum(qs * d, (qs - 1) * d)
+            return per.mean() if n is None else per.sum() * world / (n * per[0].numel())
 
         best, best_state, bad, hist = math.inf, None, 0, []
         t_start = time.time()
@@ -178,34 +206,40 @@ class GlobalLSTM(Model):
             tot = 0.0
             for i in range(0, len(Y), bs):
                 b = perm[i : i + bs]
+                mine = torch.tensor_split(b, world)[rank] if world > 1 else b
                 opt.zero_grad()
-                loss = loss_fn(net(Xs[b], Xe[b]), Y[b])
+                if len(mine):
+                    loss = loss_fn(net(Xs[mine], Xe[mine]), Y[mine], len(b) if world > 1 else None)
+                else:  # this rank's share of a short last batch is empty: a zero gradient
+                    loss = sum(p.sum() for p in net.parameters()) * 0.0
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
                 opt.step()
-                tot += float(loss.detach()) * len(b)
-            net.eval()
+                tot += float(loss.detach()) * len(b) / world
+            inner.eval()
             with torch.no_grad():
-                vl = float(loss_fn(net(Vs, Ve), VY))
+                vl = float(loss_fn(inner(Vs, Ve), VY))
+            elapsed = time.time() - t_start
+            if shard:  # the whole batch's train loss; rank 0's validation loss and clock
+                tot, vl, elapsed = shard.total(tot), shard.agree(vl), shard.agree(elapsed)
             hist.append({"epoch": epoch + 1, "train_loss": tot / len(Y), "val_loss": vl})
             if progress:
                 progress(hist[-1])
             if vl < best - 1e-4:
                 best, bad = vl, 0
-                best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+                best_state = {k: v.detach().clone() for k, v in inner.state_dict().items()}
             else:
                 bad += 1
                 if bad > int(self.cfg["patience"]):
                     break
-            if time.time() - t_start > float(self.cfg["max_seconds"]):
+            if elapsed > float(self.cfg["max_seconds"]):
                 break
         if best_state is not None:
-            net.load_state_dict(best_state)
-        net.eval()
-        self.net_ = net
-        self.train_report_ = {"windows": int(len(Y)), "val_windows": int(len(VY)), "epochs": hist,
-                              "best_val_loss": best, "seconds": time.time() - t_start}
-        return self
+            inner.load_state_dict(best_state)
+        inner.eval()
+        report = {"windows": int(len(Y)), "val_windows": int(len(VY)), "epochs": hist,
+                  "best_val_loss": best, "seconds": time.time() - t_start}
+        return inner, report
 
     # --- per series ------------------------------------------------------------------------
     def fit(self, y, timestamps=None):
@@ -301,7 +335,7 @@ class GlobalLSTM(Model):
             {
                 "version": CHECKPOINT_VERSION,
                 "state_dict": self.net_.state_dict(),
-                "config": {**self.cfg, "season": self.season},
+                "config": {**{k: v for k, v in self.cfg.items() if k not in _WHERE}, "season": self.season},
                 "scaler": {"kind": "recent_window", "centre_points": 12, "scale": "mean_abs_diff", "clip": 50},
                 "train_report": self.train_report_,
             },
