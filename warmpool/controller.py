@@ -192,7 +192,7 @@ class Controller(Claims):
     def _forecasts(self) -> dict[str, Forecast]:
         if self.store is None:
             return {}
-        series = sorted({p.series for p in self.policy.pools})
+        series = sorted({s for p in self.policy.pools for s in p.forecast_series})
         try:
             f = self.store.latest_many(series)
             self.store_error = ""

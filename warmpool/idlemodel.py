@@ -13,6 +13,17 @@ estimates the hazard
 A periodic pool gets h ~ 1 at its period and ~ 0 before it; a pool with no history falls back
 on the prior, a decreasing hazard (the longer it has been silent, the less likely a claim).
 
+The hazard also depends on the idle gap that ended last (``previous_gap_weight`` > 0): a pool
+inside a burst (its last gap 1-2 bins) is likely to be claimed again soon, the same pool after
+a long silence is not. Each rank bucket keeps its gaps by the class of the gap before them
+(1, 2-3, 4-7, ..., 128+ bins, ``GAP_CLASSES``) and uses
+
+    h(o | class k) = (count_k(o) + v * h(o)) / (count_k(gaps >= o) + v),   v = previous_gap_weight
+
+the pool's overall hazard ``h(o)`` above standing in until the class has its own evidence.
+Measured on the tuning half of the Azure Functions trace this is the change that pays most
+(bench/warmpool_trace.py, README "Measured").
+
 With ``q_r`` the hazard of rank r at its current idle time (made non-increasing over ranks),
 the pool keeps the R most recently busy containers warm, R minimising
 
@@ -25,12 +36,19 @@ budget, using only the past.
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from warmpool.policy import IdleModel, MemoryBudget
 
 HORIZON_BINS = 1442  # idle times beyond one day of 60 s bins share the last histogram bin
 PRICE_GRID = np.logspace(-6, -1, 41)  # GB-bin prices whose spend is tracked to set the price
+GAP_CLASSES = np.array([1, 2, 4, 8, 16, 32, 64, 128])  # lower edges (bins) of the previous-gap classes
+
+
+def gap_class(gap: int) -> int:
+    return int(np.searchsorted(GAP_CLASSES, gap, side="right")) - 1
 
 
 def rank_edges(limit: int) -> list[int]:
@@ -57,6 +75,11 @@ class PoolIdleModel:
         self.risk = np.zeros((0, HORIZON_BINS))  # gaps of o bins or more
         self._bucket_of_rank = np.zeros(0, dtype=np.int64)
         self._memo: tuple[int, np.ndarray, np.ndarray] | None = None
+        # per rank bucket: the class of its last gap (-1: none yet), and its gaps by the class
+        # of the gap before them, sorted (kept as lists: most classes of most pools stay small)
+        self.prev_class: list[int] = []
+        self.by_class: list[list[list[int]]] = []
+        self._sorted: dict[tuple[int, int], np.ndarray] = {}
 
     @property
     def seen(self) -> bool:
@@ -71,6 +94,8 @@ class PoolIdleModel:
             self.edges = edges
             self.counts = np.vstack([self.counts, np.zeros((extra, HORIZON_BINS))])
             self.risk = np.vstack([self.risk, np.zeros((extra, HORIZON_BINS))])
+            self.prev_class += [-1] * extra
+            self.by_class += [[[] for _ in GAP_CLASSES] for _ in range(extra)]
         ranks = np.arange(1, n + 1)
         self._bucket_of_rank = np.searchsorted(np.asarray(self.edges), ranks, side="right") - 1
 
@@ -89,6 +114,11 @@ class PoolIdleModel:
                 g = min(b - int(prev), HORIZON_BINS - 1)
                 self.counts[j, g] += 1.0
                 self.risk[j, : g + 1] += 1.0
+                k = self.prev_class[j]
+                if k >= 0:
+                    bisect.insort(self.by_class[j][k], g)
+                    self._sorted.pop((j, k), None)
+                self.prev_class[j] = gap_class(g)
         self.last[:demand] = b
 
     def _curve(self, b: int) -> tuple[np.ndarray, np.ndarray]:
@@ -100,17 +130,43 @@ class PoolIdleModel:
         if len(self.last) == 1:  # most pools: plain floats are several times faster here
             o = min(max(b - int(self.last[0]), 1), HORIZON_BINS - 1)
             h = (float(self.counts[0, o]) + w * float(self.prior[o])) / (float(self.risk[0, o]) + w)
+            v = self.spec.previous_gap_weight
+            k = self.prev_class[0]
+            if v > 0 and k >= 0:
+                gaps = self.by_class[0][k]
+                lo = bisect.bisect_left(gaps, o)
+                h = (bisect.bisect_right(gaps, o) - lo + v * h) / (len(gaps) - lo + v)
             miss, idle = np.array([h, 0.0]), np.array([0.0, 1.0 - h])
             self._memo = (b, miss, idle)
             return miss, idle
         offs = np.minimum(np.maximum(b - self.last, 1), HORIZON_BINS - 1)
         bk = self._bucket_of_rank
         h = (self.counts[bk, offs] + w * self.prior[offs]) / (self.risk[bk, offs] + w)
+        if self.spec.previous_gap_weight > 0:
+            h = self._given_previous_gap(h, offs)
         q = np.minimum.accumulate(h)
         miss = np.concatenate([q, [0.0]])
         idle = np.concatenate([[0.0], np.cumsum(1.0 - q)])
         self._memo = (b, miss, idle)
         return miss, idle
+
+    def _given_previous_gap(self, h: np.ndarray, offs: np.ndarray) -> np.ndarray:
+        """``h`` (per rank) conditioned on the class of its bucket's last gap."""
+        v = self.spec.previous_gap_weight
+        out = h.copy()
+        bk = self._bucket_of_rank
+        for j, k in enumerate(self.prev_class):
+            if k < 0 or not self.by_class[j][k]:
+                continue
+            arr = self._sorted.get((j, k))
+            if arr is None:
+                arr = self._sorted[(j, k)] = np.asarray(self.by_class[j][k])
+            sel = np.flatnonzero(bk == j)
+            o = offs[sel]
+            lo = np.searchsorted(arr, o, side="left")
+            c = np.searchsorted(arr, o, side="right") - lo
+            out[sel] = (c + v * h[sel]) / (len(arr) - lo + v)
+        return out
 
     def keep(self, b: int, price_per_gb: float, memory_gb: float) -> int:
         """Containers to hold warm in bin ``b`` at ``price_per_gb`` (cold starts per idle GB-bin)."""

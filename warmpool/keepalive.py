@@ -61,7 +61,8 @@ class FixedKeepAlive(_Baseline):
         if bins:
             d.append(usage.demand)
 
-    def target(self, spec: PoolSpec, obs: PoolObserved, forecast: Forecast | None, now: float) -> PoolTarget:
+    def target(self, spec: PoolSpec, obs: PoolObserved, forecast: Forecast | None, now: float,
+               request_rate: Forecast | None = None) -> PoolTarget:
         d = self._recent.get(spec.name)
         return PoolTarget(max(d) if d else 0, hold_until_deadline=False)
 
@@ -130,7 +131,8 @@ class HybridHistogram(_Baseline):
     def record(self, spec: PoolSpec, usage: BinUsage) -> None:
         self._pools.setdefault(spec.name, _HybridPool()).record(usage.index, usage.demand, self)
 
-    def target(self, spec: PoolSpec, obs: PoolObserved, forecast: Forecast | None, now: float) -> PoolTarget:
+    def target(self, spec: PoolSpec, obs: PoolObserved, forecast: Forecast | None, now: float,
+               request_rate: Forecast | None = None) -> PoolTarget:
         st = self._pools.get(spec.name)
         if st is None or not len(st.last):
             return PoolTarget(0, hold_until_deadline=False)
@@ -153,7 +155,8 @@ class Oracle(_Baseline):
         if usage.demand > 0:
             self._started.add(spec.name)  # pools start empty: the first busy bin is cold
 
-    def target(self, spec: PoolSpec, obs: PoolObserved, forecast: Forecast | None, now: float) -> PoolTarget:
+    def target(self, spec: PoolSpec, obs: PoolObserved, forecast: Forecast | None, now: float,
+               request_rate: Forecast | None = None) -> PoolTarget:
         row = self.future.get(spec.name)
         i = self._bin(spec, now) - self.first_bin
         if row is None or spec.name not in self._started or not 0 <= i < len(row):

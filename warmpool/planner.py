@@ -9,15 +9,19 @@ Per pool and reconcile round, the pool wants ``max(forecast, idle model)`` conta
 - idle model (``idle_model.enabled``): the R most recently busy containers whose chance of a
   claim pays for their memory at the controller's memory price (``warmpool.idlemodel``);
   this both holds containers and pre-warms them before a claim it expects;
+- forecast: with ``demand: requests`` (or ``both``) the predicted request rate over
+  ``request_rate.concurrency_per_container`` (or the larger of it and the cpu need);
 - idle containers beyond that expire only once past their idle-TTL deadline (``warmpool.ttl``:
   ``max(floor, 120 s x 0.85^k)`` by default, ``k`` = unused expiries since the last cold
-  start), so a container the model stops wanting lingers for the TTL, and longer after a miss.
+  start) when the forecast sized the pool, the idle model is off, or ``hold_on_ttl``;
+  otherwise the idle model has priced each container already and surplus goes at once.
 
 The memory price is shared by the pools of one controller and follows ``memory_budget``.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 import numpy as np
@@ -25,7 +29,7 @@ import numpy as np
 from forecaster.store import Forecast
 from warmpool.idlemodel import PRICE_GRID, MemoryPrice, PoolIdleModel
 from warmpool.policy import Policy, PoolSpec
-from warmpool.reconcile import BinUsage, PoolObserved, PoolTarget, forecast_need
+from warmpool.reconcile import BinUsage, PoolObserved, PoolTarget, forecast_need, peak_demand
 
 
 class _PoolState:
@@ -80,9 +84,9 @@ class ForesightPolicy:
     def end_round(self) -> None:
         self.price.update()
 
-    def target(self, spec: PoolSpec, obs: PoolObserved, forecast: Forecast | None, now: float) -> PoolTarget:
-        needed, peak = forecast_need(spec, obs, forecast, now)
-        reason = "" if forecast is not None else f"no forecast for series {spec.series!r}"
+    def target(self, spec: PoolSpec, obs: PoolObserved, forecast: Forecast | None, now: float,
+               request_rate: Forecast | None = None) -> PoolTarget:
+        needed, peak, reason = _forecast_target(spec, obs, forecast, request_rate, now)
         keep = 0
         if spec.idle_model.enabled:
             st = self._pools.get(spec.name)
@@ -90,7 +94,37 @@ class ForesightPolicy:
                 b = int(now // spec.idle_model.bin_seconds)
                 keep = st.model.keep(b, self.price.price, spec.memory_mb / 1024.0)
         if needed is None and keep == 0:
-            return PoolTarget(None, None, None, True, reason + (": holding min_warm" if reason else ""))
+            hold = not spec.idle_model.enabled or spec.idle_model.hold_on_ttl
+            return PoolTarget(None, None, None, hold, reason + (": holding min_warm" if reason else ""))
         if keep:
             reason = (reason + "; " if reason else "") + f"idle model keeps {keep}"
-        return PoolTarget(max(needed or 0, keep), needed, peak, True, reason)
+        hold = needed is not None or not spec.idle_model.enabled or spec.idle_model.hold_on_ttl
+        return PoolTarget(max(needed or 0, keep), needed, peak, hold, reason)
+
+
+def _forecast_target(spec: PoolSpec, obs: PoolObserved, cpu: Forecast | None, rate: Forecast | None,
+                     now: float) -> tuple[int | None, float | None, str]:
+    """(containers the forecasts ask for, the peak that drove it, why) by the pool's
+    ``demand``: the ``series`` forecast / capacity_per_container, the predicted request rate /
+    concurrency_per_container, or the larger of the two."""
+    parts: list[tuple[int, float, str]] = []
+    missing: list[str] = []
+    if spec.demand != "requests":
+        n, peak = forecast_need(spec, obs, cpu, now)
+        if n is None:
+            missing.append(spec.series)
+        else:
+            parts.append((n, peak, f"cpu peak {peak:.3g} / {spec.capacity_per_container:g} per container = {n}"))
+    if spec.demand != "cpu" and spec.request_rate is not None:
+        rr = spec.request_rate
+        if rate is None:
+            missing.append(rr.series)
+        else:
+            peak = peak_demand(spec, rate, now, now + spec.lead_seconds + obs.cold_start_p90_seconds)
+            n = int(math.ceil(peak / rr.concurrency_per_container - 1e-9))
+            parts.append((n, peak, f"request rate peak {peak:.3g}/s / {rr.concurrency_per_container:g} per container = {n}"))
+    why = "; ".join(f"no forecast for series {m!r}" for m in missing)
+    if not parts:
+        return None, None, why
+    n, peak, what = max(parts, key=lambda x: x[0])
+    return n, peak, (why + "; " if why else "") + what

@@ -7,7 +7,7 @@ kind: WarmPoolPolicy
 runtime_classes:            # optional: extra cold-start profiles (ms), or overrides
   gvisor: {runtime_ms: [20, 30, 50], image_ms: [40, 66, 104], sandbox_ms: [120, 160, 230]}
 memory_budget:              # optional; shared by every pool of one controller
-  fraction: 0.98            # idle memory <= this fraction of what a fixed keep-alive would hold
+  fraction: 1.0             # idle memory <= this fraction of what a fixed keep-alive would hold
   reference_keepalive_seconds: 600   # ... that fixed keep-alive (10 minutes)
 pools:
   - name: checkout
@@ -22,10 +22,15 @@ pools:
       resources: {cpu: 250m, memory: 64Mi}   # memory also prices idle containers
     min_warm: 0
     max_warm: 10
-    capacity_per_container: 0.5   # demand units (cores or requests/s) one container absorbs
+    capacity_per_container: 0.5   # cores of the `series` forecast one container absorbs
+    demand: both            # cpu (default: `series` only), requests (request_rate only) or both (the larger)
+    request_rate:           # required with demand: requests or both
+      series: shop/checkout-rps      # forecast series of requests/s
+      concurrency_per_container: 20  # requests/s one container serves
     lead_seconds: 90
     idle_ttl: {initial_seconds: 120, decay: 0.15, floor_seconds: 0}
-    idle_model: {enabled: true, bin_seconds: 60, prior_scale: 0.5, prior_power: 1.5, prior_weight: 1.0}
+    idle_model: {enabled: true, bin_seconds: 60, prior_scale: 0.5, prior_power: 1.0, prior_weight: 10,
+                 previous_gap_weight: 3, hold_on_ttl: false}
     max_cold_per_minute: 30 # cold starts claims may cause in any 60 s; beyond: 429 + Retry-After (0: none)
     lease_seconds: 300      # a claim holds its container this long unless renewed (POST .../renew)
     on_lease_expiry: delete # what an expired lease does to the container: delete or release (back to warm)
@@ -80,13 +85,28 @@ class IdleModel:
     """The pool's learned idle-time model (``warmpool.idlemodel``). ``bin_seconds`` is the
     resolution of idle times; the prior is the chance of a claim ``o`` bins after the last
     busy bin, ``prior_scale / (o + 1) ** prior_power``, worth ``prior_weight`` observed idle
-    periods until the pool's own idle periods outweigh it."""
+    periods until the pool's own idle periods outweigh it. ``previous_gap_weight`` (0: off)
+    splits the hazard by the length of the idle gap that ended last, each class shrunk toward
+    the pool's overall hazard with that weight. ``hold_on_ttl``: containers the model stops
+    wanting also wait for their idle-TTL deadline (by default the model releases them at once;
+    the TTL then governs containers the forecast asked for, and pools with the model off)."""
 
     enabled: bool = True
     bin_seconds: float = 60.0
     prior_scale: float = 0.5
-    prior_power: float = 1.5
-    prior_weight: float = 1.0
+    prior_power: float = 1.0
+    prior_weight: float = 10.0
+    previous_gap_weight: float = 3.0
+    hold_on_ttl: bool = False
+
+
+@dataclass(frozen=True)
+class RequestRate:
+    """A predicted request rate the pool follows: the forecast of ``series`` (requests/s), of
+    which one container serves ``concurrency_per_container``."""
+
+    series: str
+    concurrency_per_container: float
 
 
 @dataclass(frozen=True)
@@ -94,7 +114,7 @@ class MemoryBudget:
     """Idle memory of all pools together stays near ``fraction`` x what a fixed keep-alive of
     ``reference_keepalive_seconds`` would have held on the same demand."""
 
-    fraction: float = 0.98
+    fraction: float = 1.0
     reference_keepalive_seconds: float = 600.0
 
 
@@ -117,6 +137,16 @@ class PoolSpec:
     max_cold_per_minute: int = DEFAULT_MAX_COLD_PER_MINUTE
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     on_lease_expiry: str = "delete"
+    demand: str = "cpu"  # cpu | requests | both: which forecasts size the pool
+    request_rate: RequestRate | None = None
+
+    @property
+    def forecast_series(self) -> tuple[str, ...]:
+        """The forecast series this pool reads: ``series`` (cpu), the request rate's, or both."""
+        out = () if self.demand == "requests" else (self.series,)
+        if self.request_rate is not None and self.demand != "cpu":
+            out += (self.request_rate.series,)
+        return out
 
     @cached_property
     def memory_mb(self) -> float:
@@ -177,7 +207,7 @@ def _runtime_classes(c: Checker, rc: Any) -> dict[str, RuntimeProfile]:
 
 def _memory_budget(c: Checker, raw: Any) -> MemoryBudget:
     d = c.mapping(raw, "memory_budget", ("fraction", "reference_keepalive_seconds"))
-    fraction = c.number(d, "fraction", "memory_budget", 0.98, lo=0, lo_open=True, hi=10)
+    fraction = c.number(d, "fraction", "memory_budget", 1.0, lo=0, lo_open=True, hi=10)
     ref = c.number(d, "reference_keepalive_seconds", "memory_budget", 600.0, lo=0, lo_open=True)
     return MemoryBudget(float(fraction), float(ref))
 
@@ -195,14 +225,40 @@ def _idle_ttl(c: Checker, raw: Any, p: str) -> IdleTTL:
 
 def _idle_model(c: Checker, raw: Any, p: str) -> IdleModel:
     mp = f"{p}.idle_model"
-    d = c.mapping(raw, mp, ("enabled", "bin_seconds", "prior_scale", "prior_power", "prior_weight"))
+    d = c.mapping(raw, mp, ("enabled", "bin_seconds", "prior_scale", "prior_power", "prior_weight", "previous_gap_weight", "hold_on_ttl"))
     return IdleModel(
         enabled=c.boolean(d, "enabled", mp, True),
         bin_seconds=float(c.number(d, "bin_seconds", mp, 60.0, lo=1, hi=3600)),
         prior_scale=float(c.number(d, "prior_scale", mp, 0.5, lo=0, lo_open=True, hi=1)),
-        prior_power=float(c.number(d, "prior_power", mp, 1.5, lo=0, lo_open=True, hi=10)),
-        prior_weight=float(c.number(d, "prior_weight", mp, 1.0, lo=0, lo_open=True)),
+        prior_power=float(c.number(d, "prior_power", mp, 1.0, lo=0, lo_open=True, hi=10)),
+        prior_weight=float(c.number(d, "prior_weight", mp, 10.0, lo=0, lo_open=True)),
+        previous_gap_weight=float(c.number(d, "previous_gap_weight", mp, 3.0, lo=0)),
+        hold_on_ttl=c.boolean(d, "hold_on_ttl", mp, False),
     )
+
+
+def _request_rate(c: Checker, d: dict, p: str) -> tuple[str, RequestRate | None]:
+    """``demand`` and ``request_rate`` together: requests or both need a request_rate, and a
+    request_rate needs a demand that reads it (otherwise it would be silently ignored)."""
+    demand = c.string(d, "demand", p, "cpu", choices=DEMANDS) or "cpu"
+    rp = f"{p}.request_rate"
+    raw = d.get("request_rate")
+    if raw is None:
+        if demand != "cpu":
+            c.add(rp, f"is required with demand: {demand} (e.g. {{series: shop/checkout-rps, concurrency_per_container: 20}})")
+        return demand, None
+    r = c.mapping(raw, rp, ("series", "concurrency_per_container"), required=("series", "concurrency_per_container"))
+    if not isinstance(raw, dict):
+        return demand, None
+    series = c.string(r, "series", rp, "")
+    if "series" in r and isinstance(r["series"], str) and not r["series"].strip():
+        c.add(f"{rp}.series", "must be a non-empty forecast series id of requests/s like <namespace>/<name>-rps")
+    conc = c.number(r, "concurrency_per_container", rp, 1.0, lo=0, lo_open=True)
+    if demand == "cpu" and "demand" in d:
+        c.add(f"{p}.demand", "is cpu, so request_rate would be ignored; use demand: requests (request rate only) or both")
+    elif demand == "cpu":
+        c.add(f"{p}.demand", "must be requests or both when request_rate is set (the default, cpu, ignores it)")
+    return demand, RequestRate(series or "", float(conc))
 
 
 def _template(c: Checker, raw: Any, p: str) -> Template:
@@ -227,8 +283,9 @@ def _template(c: Checker, raw: Any, p: str) -> Template:
 POOL_KEYS = (
     "name", "workload", "series", "quantile", "runtime_class", "backend", "template", "min_warm",
     "max_warm", "capacity_per_container", "lead_seconds", "idle_ttl", "idle_model", "max_cold_per_minute",
-    "lease_seconds", "on_lease_expiry",
+    "lease_seconds", "on_lease_expiry", "demand", "request_rate",
 )
+DEMANDS = ("cpu", "requests", "both")
 
 
 def _pool(c: Checker, item: Any, i: int, known_rc: set[str], seen: set[str]) -> PoolSpec | None:
@@ -258,6 +315,7 @@ def _pool(c: Checker, item: Any, i: int, known_rc: set[str], seen: set[str]) -> 
     max_warm = c.number(d, "max_warm", p, 10, lo=0, integer=True)
     if isinstance(min_warm, int) and isinstance(max_warm, int) and min_warm > max_warm:
         c.add(f"{p}.min_warm", f"{min_warm} must be <= max_warm ({max_warm})")
+    demand, rate = _request_rate(c, d, p)
     return PoolSpec(
         name=name or f"pool-{i}",
         namespace=ns or "",
@@ -276,6 +334,8 @@ def _pool(c: Checker, item: Any, i: int, known_rc: set[str], seen: set[str]) -> 
         max_cold_per_minute=int(c.number(d, "max_cold_per_minute", p, DEFAULT_MAX_COLD_PER_MINUTE, lo=0, hi=100_000, integer=True)),
         lease_seconds=float(c.number(d, "lease_seconds", p, DEFAULT_LEASE_SECONDS, lo=1, hi=7 * 86400)),
         on_lease_expiry=c.string(d, "on_lease_expiry", p, "delete", choices=LEASE_EXPIRY_ACTIONS) or "delete",
+        demand=demand,
+        request_rate=rate,
     )
 
 

@@ -141,8 +141,11 @@ class WarmPolicy(Protocol):
     def end_round(self) -> None:
         """Every pool has recorded its closed bins of this round (shared state moves here)."""
 
-    def target(self, spec: PoolSpec, obs: "PoolObserved", forecast: Forecast | None, now: float) -> PoolTarget:
-        """What the pool should hold now. Reads state, changes nothing."""
+    def target(self, spec: PoolSpec, obs: "PoolObserved", forecast: Forecast | None, now: float,
+               request_rate: Forecast | None = None) -> PoolTarget:
+        """What the pool should hold now. Reads state, changes nothing. ``forecast`` is the
+        pool's ``series`` (None with ``demand: requests``), ``request_rate`` its predicted
+        request rate (only with ``demand: requests`` or ``both``)."""
 
 
 def peak_demand(spec: PoolSpec, forecast: Forecast, now: float, horizon_end: float) -> float:
@@ -249,7 +252,9 @@ def reconcile_once(
     status: dict[str, PoolStatus] = {}
     for spec in policy.config.pools:
         obs = observed.get(spec.name) or PoolObserved(spec.name)
-        want = policy.target(spec, obs, forecasts.get(spec.series), now)
+        rate = forecasts.get(spec.request_rate.series) if spec.request_rate is not None and spec.demand != "cpu" else None
+        cpu = forecasts.get(spec.series) if spec.demand != "requests" else None
+        want = policy.target(spec, obs, cpu, now, request_rate=rate)
         c, d, s = _pool_actions(spec, obs, want, now)
         creates += c
         deletes += d

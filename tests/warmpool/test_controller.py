@@ -226,8 +226,10 @@ def test_a_pool_claimed_every_five_minutes_learns_to_pre_warm_and_to_hold_nothin
 
     from warmpool.policy import MemoryBudget
 
-    # a fixed 10-minute keep-alive would hold this pool all the time; allow 30% of that
-    policy = dataclasses.replace(make_policy(template={"resources": {"memory": "64Mi"}}), memory_budget=MemoryBudget(0.3, 600))
+    # a fixed 10-minute keep-alive would hold this pool all the time; allow 30% of that. A light
+    # prior (1 idle period, not the default 10) lets one day of claims outweigh it.
+    light = {"prior_power": 1.5, "prior_weight": 1.0}
+    policy = dataclasses.replace(make_policy(template={"resources": {"memory": "64Mi"}}, idle_model=light), memory_budget=MemoryBudget(0.3, 600))
     ctl = Controller(policy, MemoryForecastStore(), {"sim": SimBackend(clock, seed=1)}, clock=clock)
     clock.t = 60.0 * 100_000
     cold, held = [], []

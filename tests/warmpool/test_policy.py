@@ -95,8 +95,8 @@ def test_the_bundled_example_writes_out_exactly_the_documented_defaults():
     from warmpool.ttl import IdleTTL
 
     policy = load_policy(EXAMPLES / "local.yaml")
-    assert policy.memory_budget == MemoryBudget() == MemoryBudget(0.98, 600.0)
-    assert policy.pools[0].idle_model == IdleModel() == IdleModel(True, 60.0, 0.5, 1.5, 1.0)
+    assert policy.memory_budget == MemoryBudget() == MemoryBudget(1.0, 600.0)
+    assert policy.pools[0].idle_model == IdleModel() == IdleModel(True, 60.0, 0.5, 1.0, 10.0, 3.0, False)
     assert policy.pools[0].idle_ttl == IdleTTL() == IdleTTL(120.0, 0.15, 0.0)
     assert policy.pools[0].max_cold_per_minute == DEFAULT_MAX_COLD_PER_MINUTE == 30
     assert (policy.pools[0].lease_seconds, policy.pools[0].on_lease_expiry) == (DEFAULT_LEASE_SECONDS, "delete") == (300.0, "delete")
@@ -104,7 +104,8 @@ def test_the_bundled_example_writes_out_exactly_the_documented_defaults():
 
 
 def test_idle_model_and_memory_budget_problems_are_all_reported_with_their_paths():
-    doc = _doc(idle_model={"enabled": "yes", "bin_seconds": 0.5, "prior_scale": 2, "prior_power": 0, "prior_weight": -1, "window": 3})
+    doc = _doc(idle_model={"enabled": "yes", "bin_seconds": 0.5, "prior_scale": 2, "prior_power": 0, "prior_weight": -1, "window": 3,
+                               "previous_gap_weight": -2, "hold_on_ttl": "no"})
     doc["memory_budget"] = {"fraction": 0, "reference_keepalive_seconds": "10m", "cap": 1}
     with pytest.raises(ConfigError) as ei:
         parse_policy(doc)
@@ -116,6 +117,8 @@ def test_idle_model_and_memory_budget_problems_are_all_reported_with_their_paths
         "pools[web].idle_model.prior_power: 0 must be in (0, 10]",
         "pools[web].idle_model.prior_weight: -1 must be in (0, inf]",
         "pools[web].idle_model.window: unknown key",
+        "pools[web].idle_model.previous_gap_weight: -2 must be in [0, inf]",
+        "pools[web].idle_model.hold_on_ttl: must be true or false, got str 'no'",
         "memory_budget.fraction: 0 must be in (0, 10]",
         "memory_budget.reference_keepalive_seconds: must be a number",
         "memory_budget.cap: unknown key",

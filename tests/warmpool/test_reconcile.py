@@ -146,7 +146,7 @@ class _Wants:
     def end_round(self):
         pass
 
-    def target(self, spec, obs, forecast, now):
+    def target(self, spec, obs, forecast, now, request_rate=None):
         return PoolTarget(self.total, hold_until_deadline=self.hold)
 
 

@@ -78,7 +78,7 @@ class _Spy(ForesightPolicy):
         self.learned.setdefault(spec.name, {})[usage.index] = usage.demand
         super().record(spec, usage)
 
-    def target(self, spec, obs, forecast, now):
+    def target(self, spec, obs, forecast, now, request_rate=None):
         want = super().target(spec, obs, forecast, now)
         self.asked.append((now, spec.name, want.total))
         return want
@@ -167,7 +167,7 @@ def test_simulate_command_writes_one_row_per_policy_and_demand_model(tmp_path, c
 def test_simulate_replays_a_policy_file_and_reports_its_problems_with_their_paths(tmp_path, capsys):
     from foresight.cli import main
 
-    text = EXAMPLE_POLICY.read_text().replace("prior_weight: 1.0", "prior_weight: 4")
+    text = EXAMPLE_POLICY.read_text().replace("prior_weight: 10 ", "prior_weight: 4 ")
     assert "prior_weight: 4" in text
     good = tmp_path / "heavy-prior.yaml"
     good.write_text(text)
