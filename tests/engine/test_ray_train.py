@@ -7,8 +7,8 @@ averages their gradients, so each optimizer step is the single-process step on t
 (the effective batch stays ``batch``, it does not double). The two trainings may then differ
 only by float rounding (a half batch through the network, gloo's all-reduce), which Adam carries
 over 3 epochs: the weights, the per-epoch losses and the forecasts agree to a tolerance, not bit
-for bit. A differently seeded single-process training is the yardstick that shows the
-tolerance is tight enough to mean something."""
+for bit (measured: weights within 3e-8, forecasts within 2.4e-8 relative; a differently seeded
+single-process training, the yardstick that shows the tolerance means something, is 0.67 away)."""
 
 from __future__ import annotations
 
@@ -88,13 +88,13 @@ def test_two_ray_train_workers_write_a_checkpoint_the_loader_reads_and_train_as_
 
     # equal within tolerance to one process on the same windows, far closer than another seed
     gap, yardstick = _max_gap(local, remote), _max_gap(local, other_seed)
-    assert gap < 1e-3 and gap < yardstick / 100, (gap, yardstick)
+    assert gap < 1e-5 and gap < yardstick * 1e-4, (gap, yardstick)
     for a, b in zip(local.train_report_["epochs"], remote.train_report_["epochs"], strict=True):
         assert a["epoch"] == b["epoch"]
-        assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-4)
-        assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-4)
+        assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-5)
+        assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-5)
     want = _forecast(local, y, ts)
-    np.testing.assert_allclose(got.mean, want.mean, rtol=1e-3, atol=1e-3 * float(np.abs(want.mean).max()))
+    np.testing.assert_allclose(got.mean, want.mean, rtol=1e-5, atol=1e-5 * float(np.abs(want.mean).max()))
 
 
 def test_an_unknown_lstm_engine_is_named_with_the_known_ones(fleet):
