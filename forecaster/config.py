@@ -29,8 +29,9 @@ serving:                              # optional: how each workload's serving po
   headrooms: [1.0, 1.1, 1.2, 1.5, 2.0]  # candidate multipliers (>= 1 unless allow_below_observed)
   target_value: 0.7                   # the HPA's target Value
   slo_utilization: 0.9
-  history_days: 2
+  history_days: 7                     # how much history the choice scores
   holds: [1, 2, 3]                    # observed floor = max of the last k samples; k chosen per workload
+  model_margin: 0.1                   # the model is served only when it costs 10% less than persistence
 workloads:
   - namespace: shop
     name: checkout

@@ -17,10 +17,10 @@ A policy is (source, quantile, hold k, headroom m):
   m >= 1 by default, so the served value is never below what is observed: a forecast can
   delay a scale-down, never cause an under-scale relative to a reactive HPA at the same target.
 
-The choice minimises, over the last ``history_days`` of pseudo-out-of-sample one-step
-forecasts, sum(pods) + violation_cost_pods x sum(violations), where pods = the replicas the
-HPA would ask for at ``target_value`` and a violation is the next sample above
-``slo_utilization`` of that capacity. ``violation_cost_pods`` is the one number a user tunes:
+The choice minimises, over the last ``history_days`` of one-step forecasts,
+sum(pods) + violation_cost_pods x sum(violations), where pods = the replicas the HPA would ask
+for at ``target_value`` and a violation is demand above ``slo_utilization`` of that capacity
+before the next sample's pods can be ready (:func:`exposure`). ``violation_cost_pods`` is the one number a user tunes:
 what one 5-minute SLO violation is worth in pod-intervals.
 """
 
@@ -54,10 +54,15 @@ class ServingSettings:
         calm-day discount) and are refused unless ``allow_below_observed`` is true.
     target_value: the HPA's target Value the pods are counted at (0.7 in the example HPA).
     slo_utilization: utilization above which an interval counts as a violation.
-    history_days: how much recent history the choice looks at (at most the validation tail
-        the selection held out, so every forecast it scores is out of sample).
+    history_days: how much recent history the choice scores (the selection's out-of-sample
+        validation tail, and before it the fitted model on the history up to each origin).
     holds: the candidate holds k (samples, 1-12): the observed floor is the max of the last k
         observed samples.
+    model_margin: the model is served only when its cost is at least this fraction below the
+        best persistence candidate's. The model was selected on the same history among many
+        candidates, so its score is optimistic; and proportional headroom on the observed
+        value carries the rare steep rise a forecast's margin does not, which a week of history
+        may not hold. 0 serves whichever scores lower.
     """
 
     violation_cost_pods: float = 90.0
@@ -66,9 +71,10 @@ class ServingSettings:
     headrooms: tuple[float, ...] = DEFAULT_HEADROOMS
     target_value: float = 0.7
     slo_utilization: float = 0.9
-    history_days: float = 2.0
+    history_days: float = 7.0
     allow_below_observed: bool = False
     holds: tuple[int, ...] = DEFAULT_HOLDS
+    model_margin: float = 0.1
 
     def problems(self, path: str = "serving", published: Sequence[str] | None = None) -> list[str]:
         """Every problem with its path (empty when valid)."""
@@ -108,8 +114,10 @@ class ServingSettings:
             bad("target_value", f"{self.target_value!r} must be a number in (0, 10] (the HPA's target Value, e.g. 0.7)")
         if not _num(self.slo_utilization) or not 0 < self.slo_utilization <= 10:
             bad("slo_utilization", f"{self.slo_utilization!r} must be a number in (0, 10] (e.g. 0.9)")
+        if not _num(self.model_margin) or not 0 <= self.model_margin < 1:
+            bad("model_margin", f"{self.model_margin!r} must be a number in [0, 1) (e.g. 0.1)")
         if not _num(self.history_days) or self.history_days <= 0:
-            bad("history_days", f"{self.history_days!r} must be a number > 0 (e.g. 2)")
+            bad("history_days", f"{self.history_days!r} must be a number > 0 (e.g. 7)")
         return out
 
 
@@ -237,9 +245,12 @@ def choose_policy(
             for m, c, v, p in zip(grid, cost, viol, pods.sum(axis=1)):
                 cands.append((src, q, k, float(m), float(c), int(v), float(p)))
     order = {c: i for i, c in enumerate(cands)}
-    best = min(cands, key=lambda c: (c[4], c[3], order[c]))
     persist = [c for c in cands if c[0] == "persistence"]
-    fb = min(persist, key=lambda c: (c[4], c[3], order[c])) if persist else best
+    fb = min(persist, key=lambda c: (c[4], c[3], order[c])) if persist else None
+    # the model must beat persistence by the margin: its cost counts (1 + margin) / 1 higher
+    lift = 1.0 / (1.0 - float(settings.model_margin)) if fb is not None else 1.0
+    best = min(cands, key=lambda c: (c[4] * (lift if c[0] == "model" else 1.0), c[3], order[c]))
+    fb = fb or best
     src, q, k, m, cost, viol, pods = best
 
     def label(c) -> str:
@@ -249,6 +260,8 @@ def choose_policy(
     runner = next((c for c in sorted(cands, key=lambda c: c[4]) if (c[0], c[1]) != (src, q)), None)
     reason = (f"over the last {n} intervals, {label(best)} x{m:g} cost {pods:.0f} pod-intervals + {viol} violations "
               f"x {lam:g} = {cost:.0f}, the lowest of {len(cands)} candidates")
+    if lift != 1.0:
+        reason += f" (the model must cost {settings.model_margin:.0%} less than persistence)"
     if runner is not None:
         reason += f" (best other source: {label(runner)} x{runner[3]:g} = {runner[4]:.0f})"
     costs: dict[str, float] = {}
@@ -298,10 +311,12 @@ def policy_from_model(
     ``settings.history_days`` of ``y_raw``.
 
     ``tail`` = (origins, 1-step means) the selection kept from its validation tail (parameters
-    fitted without it: out of sample; ``Selection.tail_origins/tail_means``). Without it the
-    model scores the window itself with its parameters fixed (``rolling_means``). Quantile
+    fitted without it: out of sample; ``Selection.tail_origins/tail_means``). Origins before
+    the tail are scored with the fitted parameters on the history up to each origin
+    (``rolling_means``): a week holds the rare steep rises that decide whether a forecast's
+    margin or a proportional headroom carries a workload, and two days rarely do. Quantile
     paths are the point forecast plus offsets cross-fitted on the other half of the window
-    (:func:`cross_fitted_offsets`), because the published offsets were calibrated on it.
+    (:func:`cross_fitted_offsets`), because the published offsets were calibrated on its tail.
     """
     from forecaster.models.base import clean_history
 
@@ -314,19 +329,25 @@ def policy_from_model(
     span = int(settings.history_days * season)
     if capacity_per_pod is None:
         return choose_policy(np.zeros(0), np.zeros(0), {}, 0.0, settings, chosen_at)
+    origins = np.arange(max(0, n - 1 - span), n - 1)
+    mean = np.full(len(origins), np.nan)
     if tail is not None and tail[0] is not None and len(tail[0]):
-        origins, mean = np.asarray(tail[0], dtype=int), np.asarray(tail[1], dtype="float64")
-        keep = origins >= n - 1 - span
-        origins, mean = origins[keep], mean[keep]
-    else:
-        origins = np.arange(max(0, n - 1 - span), n - 1)
+        t_o, t_m = np.asarray(tail[0], dtype=int), np.asarray(tail[1], dtype="float64")
+        at = np.searchsorted(origins, t_o)
+        inside = (at < len(origins)) & (origins[np.minimum(at, len(origins) - 1)] == t_o)
+        mean[at[inside]] = t_m[inside]
+    before = np.isnan(mean)
+    if before.any():  # origins before the validation tail: the fitted parameters on y[:o+1]
         try:
-            mean = np.asarray(model.rolling_means(clean_history(raw), origins, 1), dtype="float64")[:, 0]
-        except Exception as exc:  # noqa: BLE001 - a model that cannot backtest gets the default
-            return ServingPolicy(chosen_at=chosen_at, reason=f"default: {getattr(model, 'name', 'model')} could not be scored ({exc})")
-        bias = getattr(model, "bias_", None)
-        if bias is not None and len(bias) and np.isfinite(bias[0]):
-            mean = mean + float(bias[0])
+            m = np.asarray(model.rolling_means(clean_history(raw), origins[before], 1), dtype="float64")[:, 0]
+            bias = getattr(model, "bias_", None)
+            if bias is not None and len(bias) and np.isfinite(bias[0]):
+                m = m + float(bias[0])
+            mean[before] = m
+        except Exception as exc:  # noqa: BLE001 - score what the tail gives, or the default
+            if before.all():
+                return ServingPolicy(chosen_at=chosen_at, reason=f"default: {getattr(model, 'name', 'model')} could not be scored ({exc})")
+            origins, mean = origins[~before], mean[~before]
     offsets = getattr(model, "offsets_", None) or {}
     firsts = {}
     for q in settings.quantiles:

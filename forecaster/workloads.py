@@ -152,7 +152,7 @@ def parse_serving(c: _Checker, raw: Any, quantiles: tuple[float, ...], path: str
     keys = {f.name for f in fields(ServingSettings)}
     d = c.mapping(raw, path, {k: "" for k in keys})
     kw: dict[str, Any] = {}
-    for k in ("violation_cost_pods", "target_value", "slo_utilization", "history_days"):
+    for k in ("violation_cost_pods", "target_value", "slo_utilization", "history_days", "model_margin"):
         if k in d:
             kw[k] = c.typed(d, k, path, (int, float), getattr(base or ServingSettings, k))
     if "allow_below_observed" in d:

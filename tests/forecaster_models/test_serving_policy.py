@@ -50,6 +50,24 @@ def test_a_model_that_sees_the_rises_coming_beats_persistence_in_the_choice():
     assert pol.fallback_headroom > 1.0
 
 
+def test_the_model_is_served_only_when_it_beats_persistence_by_the_margin():
+    n = 600
+    actual = 10 + 8 * (np.arange(n) % 12 == 0)
+    last = np.roll(actual, 1).astype(float)
+    seen = actual.astype(float).copy()
+    seen[np.arange(n) % 24 == 0] = 10.0  # the model sees every other rise coming
+    free = choose_policy(actual, last, {"p50": seen}, 1.0, ServingSettings(quantiles=("p50",), model_margin=0.0))
+    assert free.source == "model"
+    gap = 1 - free.costs["p50"] / free.costs["persistence"]
+    assert gap > 0.03, free.costs
+    strict = choose_policy(actual, last, {"p50": seen}, 1.0, ServingSettings(quantiles=("p50",), model_margin=gap + 0.02))
+    assert strict.source == "persistence" and strict.headroom == strict.fallback_headroom
+    assert "must cost" in strict.reason
+    loose = choose_policy(actual, last, {"p50": seen}, 1.0, ServingSettings(quantiles=("p50",), model_margin=gap - 0.02))
+    assert loose.source == "model"
+    assert any(p.startswith("serving.model_margin") for p in ServingSettings(model_margin=1.0).problems())
+
+
 def test_too_little_history_or_no_capacity_gives_the_documented_default():
     pol = choose_policy(np.ones(5), np.ones(5), {"p90": np.ones(5)}, 1.0, ServingSettings())
     assert pol.headroom == 1.0 and pol.source == "model" and "default" in pol.reason
