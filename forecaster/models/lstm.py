@@ -40,6 +40,28 @@ def _time_feats(t: np.ndarray) -> np.ndarray:
     return np.stack([np.sin(d), np.cos(d), np.sin(w), np.cos(w)], axis=-1)
 
 
+def _epoch(net, opt, loss_fn, data, perm, bs: int, rank: int, world: int) -> float:
+    """One pass over ``perm`` in batches of ``bs``; under DDP this rank takes its slice of each
+    batch. Returns the summed loss (of this rank's share: the caller sums over ranks)."""
+    import torch
+
+    Xs, Xe, Y = data
+    tot = 0.0
+    for i in range(0, len(Y), bs):
+        b = perm[i : i + bs]
+        mine = torch.tensor_split(b, world)[rank] if world > 1 else b
+        opt.zero_grad()
+        if len(mine):
+            loss = loss_fn(net(Xs[mine], Xe[mine]), Y[mine], len(b) if world > 1 else None)
+        else:  # this rank's share of a short last batch is empty: a zero gradient
+            loss = sum(p.sum() for p in net.parameters()) * 0.0
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt.step()
+        tot += float(loss.detach()) * len(b) / world
+    return tot
+
+
 class GlobalLSTM(Model):
     name = "lstm"
     min_points = 30
@@ -202,20 +224,7 @@ class GlobalLSTM(Model):
         g = torch.Generator().manual_seed(int(self.cfg["seed"]))
         for epoch in range(int(self.cfg["epochs"])):
             net.train()
-            perm = torch.randperm(len(Y), generator=g)
-            tot = 0.0
-            for i in range(0, len(Y), bs):
-                b = perm[i : i + bs]
-                mine = torch.tensor_split(b, world)[rank] if world > 1 else b
-                opt.zero_grad()
-                if len(mine):
-                    loss = loss_fn(net(Xs[mine], Xe[mine]), Y[mine], len(b) if world > 1 else None)
-                else:  # this rank's share of a short last batch is empty: a zero gradient
-                    loss = sum(p.sum() for p in net.parameters()) * 0.0
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-                opt.step()
-                tot += float(loss.detach()) * len(b) / world
+            tot = _epoch(net, opt, loss_fn, (Xs, Xe, Y), torch.randperm(len(Y), generator=g), bs, rank, world)
             inner.eval()
             with torch.no_grad():
                 vl = float(loss_fn(inner(Vs, Ve), VY))

@@ -92,27 +92,3 @@ def test_only_the_ray_engine_modules_import_ray():
     assert sorted(set(importers)) == ["forecaster/engines/ray_engine.py", "forecaster/engines/ray_train.py"]
 
 
-def _niceness(_ctx, _x):
-    import os
-
-    return os.getpriority(os.PRIO_PROCESS, 0)
-
-
-@pytest.mark.timeout(180)
-def test_a_ray_the_engine_starts_runs_its_workers_at_this_processs_priority(monkeypatch):
-    """Ray renices its workers to 15 by default: beside any busy process of the same session
-    they then wait for a core mid-fit (README, 'Fleet scale'). A Ray the engine starts does not."""
-    pytest.importorskip("ray")
-    import os
-
-    from forecaster.engines.ray_engine import RayEngine
-
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-    engine = RayEngine(num_cpus=1)
-    try:
-        assert engine._owns  # started here, not a cluster another test connected to
-        got = engine.map(_niceness, [0, 1])
-    finally:
-        engine.close()
-    assert got == [os.getpriority(os.PRIO_PROCESS, 0)] * 2

@@ -22,7 +22,7 @@ from forecaster.frames import regularize, series_arrays
 from forecaster.models.base import ModelError
 from forecaster.models.lstm import GlobalLSTM
 from forecaster.sources.csv import read_long_csv
-from tests.engine.test_ray_cluster import DATA, SERIES
+from tests.engine.test_ray_cluster import DATA, ROOT, SERIES
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -101,3 +101,34 @@ def test_an_unknown_lstm_engine_is_named_with_the_known_ones(fleet):
     with pytest.raises(ModelError, match="lstm.engine: 'spark' must be local or ray"):
         GlobalLSTM(**SMALL, engine="spark").fit_fleet(fleet)
 
+
+# Here, after the cluster tests, not in test_engine.py: a local Ray started and stopped before
+# the session's cluster fixture made its Ray client connection time out (seen twice).
+def _niceness(_ctx, _x):
+    import os
+
+    return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+@pytest.mark.timeout(180)
+def test_a_ray_the_engine_starts_runs_its_workers_at_this_processs_priority():
+    """Ray renices its workers to 15 by default: beside any busy process of the same session
+    they then wait for a core mid-fit (README, 'Fleet scale'). A Ray the engine starts does not.
+    In a child process: this one holds the test cluster's Ray client connection."""
+    pytest.importorskip("ray")
+    import os
+    import subprocess
+    import sys
+
+    code = ("from forecaster.engines.ray_engine import RayEngine\n"
+            "from tests.engine.test_ray_train import _niceness\n"
+            "e = RayEngine(num_cpus=1)\n"
+            "assert e._owns\n"  # started here, not a cluster found through RAY_ADDRESS
+            "print('niceness', *e.map(_niceness, [0, 1]))\n"
+            "e.close()\n")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=150)
+    assert out.returncode == 0, out.stderr[-2000:]
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    assert f"niceness {mine} {mine}" in out.stdout.splitlines()
