@@ -7,11 +7,12 @@ lost or counted twice. Errors raised by the work itself are not retried: they wo
 
 A Ray started here (no address) runs its workers at the priority of this process
 (``worker_niceness=0``) and without the dashboard. Ray's default renices every worker to 15 so
-that its raylet and GCS stay responsive; on a machine shared with anything at the normal
-priority (the trainer, another pool, other users) a niced worker then waits for a core in the
-middle of its fits: measured on this 2-core machine, a fit took 26-32% longer on a Ray worker
-than in a local pool process, all of it inside the fits, none of it more CPU work (README,
-"Fleet scale"). A cluster (``address``) keeps the settings its ``ray start`` was given: set
+that its raylet and GCS stay responsive; beside any busy process of the same session at the
+normal priority (the trainer's refresh loop, another pool) a niced worker then waits for a
+core in the middle of its fits. Measured on this 2-core machine (README, "Fleet scale"): Ray's
+fits took 26-32% longer than a local pool's, all of it inside the fits, for the same CPU time
+per fit; pinned to one core beside one busy process, a fit took 4.36 s at niceness 15 and
+0.32 s at 0. A cluster (``address``) keeps the settings its ``ray start`` was given: set
 ``RAY_worker_niceness=0`` there when its nodes run other work too.
 """
 
