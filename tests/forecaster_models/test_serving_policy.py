@@ -44,7 +44,7 @@ def test_a_model_that_sees_the_rises_coming_beats_persistence_in_the_choice():
     actual = 10 + 8 * (np.arange(n) % 12 == 0)  # a rise every hour, on the hour
     last = np.roll(actual, 1)
     oracle_q = actual.astype(float)  # a model that forecasts the rise
-    pol = choose_policy(actual, last, {"p90": oracle_q}, 1.0, ServingSettings(quantiles=("p90",)))
+    pol = choose_policy(actual, last, {"p90": oracle_q}, 1.0, ServingSettings(quantiles=("p90",), violation_cost_pods=90))
     assert pol.source == "model" and pol.quantile == "p90" and pol.headroom == 1.0
     # the fallback headroom is persistence's own best: it must cover the unforeseen rise
     assert pol.fallback_headroom > 1.0
