@@ -9,10 +9,9 @@ A Ray started here (no address) runs its workers at the priority of this process
 (``worker_niceness=0``) and without the dashboard. Ray's default renices every worker to 15 so
 that its raylet and GCS stay responsive; beside any busy process of the same session at the
 normal priority (the trainer's refresh loop, another pool) a niced worker then waits for a
-core in the middle of its fits. Measured on this 2-core machine (README, "Fleet scale"): Ray's
-fits took 26-32% longer than a local pool's, all of it inside the fits; under load, the CPU
-time per fit was the same on both; pinned to one core beside one busy process, a fit took
-4.36 s at niceness 15 and 0.32 s at 0. A cluster (``address``) keeps the settings its ``ray start`` was given: set
+core in the middle of its fits: pinned to one core beside one busy process, a fit took 4.36 s
+at niceness 15 and 0.32 s at 0 (README, "Fleet scale"). That is not what makes Ray's fits
+26-32% slower than a local pool's on a quiet machine: that gap is still open (ibid.). A cluster (``address``) keeps the settings its ``ray start`` was given: set
 ``RAY_worker_niceness=0`` there when its nodes run other work too.
 """
 
