@@ -49,6 +49,8 @@ def trainer_from_config(config, store: ForecastStore | None, clock: Callable[[],
         retrain_interval_seconds=t.retrain_interval_seconds,
         serving=config.serving,
         serving_by_series=config.serving_by_series(),
+        # engine: ray trains the global LSTM with Ray Train on the same cluster as the fits
+        global_params={"lstm": {"engine": "ray"}} if t.engine == "ray" else None,
     )
 
 

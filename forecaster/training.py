@@ -114,6 +114,7 @@ class Trainer:
         live_skill: DriftSettings | None = None,
         serving_by_series: Mapping[str, ServingSettings] | None = None,
         checkpoints: CheckpointDir | None = None,
+        global_params: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         if horizon < 1:
             raise ModelError(f"horizon must be >= 1 (got {horizon})")
@@ -129,6 +130,8 @@ class Trainer:
         self.drift_min_points = int(drift_min_points)
         self.observed_points = int(observed_points)
         self.prototypes: dict[str, Model] = dict(prototypes or {})
+        # per global model, how it trains (e.g. {"lstm": {"engine": "ray"}}: Ray Train)
+        self.global_params: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (global_params or {}).items()}
         self.serving = serving or ServingSettings()
         # a workload's own serving settings (its ``serving:`` or its autoscaler's spec.serving)
         self.serving_by_series: dict[str, ServingSettings] = dict(serving_by_series or {})
@@ -152,7 +155,7 @@ class Trainer:
         for g in GLOBAL_MODELS:
             if g in self.candidates:
                 try:
-                    proto = get_model(g)
+                    proto = get_model(g, **self.global_params.get(g, {}))
                     proto.fit_fleet([(v, t) for t, v in data.values()])  # type: ignore[attr-defined]
                     self.prototypes[g] = proto
                 except Exception as exc:  # noqa: BLE001 - the others still train

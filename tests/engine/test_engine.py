@@ -65,6 +65,16 @@ def test_the_workload_config_takes_engine_ray_and_an_address():
     assert parse_config(_training()).training.engine == "local"
 
 
+def test_engine_ray_trains_the_global_lstm_with_ray_train_and_local_keeps_it_in_process():
+    from forecaster.models.registry import get_model
+    from forecaster.schedule import trainer_from_config
+
+    ray_trainer = trainer_from_config(parse_config(_training(engine="ray", ray_address="ray://h:10001")), None)
+    assert get_model("lstm", **ray_trainer.global_params.get("lstm", {})).cfg["engine"] == "ray"
+    local = trainer_from_config(parse_config(_training()), None)
+    assert get_model("lstm", **local.global_params.get("lstm", {})).cfg["engine"] == "local"
+
+
 def test_a_bad_engine_and_a_stray_address_are_both_reported_with_their_paths():
     with pytest.raises(ConfigError) as err:
         parse_config(_training(engine="spark", ray_address="ray://x:10001"))
