@@ -1,7 +1,7 @@
 """Warm-pool policies on the Azure Functions 2019 trace (700 functions, one day, 60 s steps),
 both demand models, with the measurement model of shared/reference/warm-pools.md.
 
-    .venv/bin/python bench/warmpool_trace.py [--limit N] [--part all|tune|holdout] [--policy NAME ...] [--policy-file P.yaml ...] [--sweep]
+    .venv/bin/python bench/warmpool_trace.py [--limit N] [--part all|tune|holdout] [--demand single|concurrency] [--policy NAME ...] [--policy-file P.yaml ...] [--sweep]
 
 Every policy runs through the warm-pool controller: each function is one pool of one
 ``Controller`` (sim backend, simulated clock), reconciled once a minute, its claims made and
@@ -100,6 +100,7 @@ def _sweep_files(directory: Path) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--limit", type=int, default=None, help="only the first N functions (quick look)")
+    ap.add_argument("--demand", choices=("both", "single", "concurrency"), default="both", help="demand models to replay (default both)")
     ap.add_argument("--part", choices=("all", "tune", "holdout"), default="all", help="the tuning half, the held-out half, or every function (default)")
     ap.add_argument("--policy", action="append", help="policies to run (default: foresight and every baseline)")
     ap.add_argument("--policy-file", action="append", default=[], help="a WarmPoolPolicy YAML to replay (repeatable)")
@@ -120,7 +121,7 @@ def main() -> int:
     if args.sweep:
         specs += _sweep_files(Path(tmp.name))
     first = {"foresight": 0, "fixed:10": 1}  # the headline pair first, then the other baselines
-    jobs = sorted(((d, s, args.limit, args.part) for d in ("concurrency", "single") for s in specs), key=lambda j: first.get(j[1], 2))
+    jobs = sorted(((d, s, args.limit, args.part) for d in ("concurrency", "single") if args.demand in ("both", d) for s in specs), key=lambda j: first.get(j[1], 2))
     print(f"{len(jobs)} replays of {data_dir() / 'serverless'} ({args.part} functions) through the controller, {args.workers} at a time", flush=True)
     rows = []
     with ProcessPoolExecutor(args.workers) as ex:
@@ -149,14 +150,16 @@ def _report(rows, args) -> None:
     from warmpool.tracesim import CSV_COLUMNS
 
     RESULTS.mkdir(parents=True, exist_ok=True)
-    name = "warmpool_trace" if args.part == "all" and args.limit is None else f"warmpool_trace_{args.part}" + (f"_limit{args.limit}" if args.limit else "")
+    # a subset never overwrites the full run's files: warmpool_trace[_PART][_limitN][_DEMAND]
+    tags = [args.part] * (args.part != "all") + [f"limit{args.limit}"] * bool(args.limit) + [args.demand] * (args.demand != "both")
+    name = "_".join(["warmpool_trace", *tags])
     with (RESULTS / f"{name}.csv").open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(CSV_COLUMNS), extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
     print(f"{'policy':<26}{'demand':<13}{'cold%min':>9}{'cold%inv':>9}{'p75%':>8}{'GB-min':>11}{'vs f10':>8}   reference")
     for r in rows:
-        ref = REFERENCE[r["demand"]].get(r["policy"])
+        ref = REFERENCE[r["demand"]].get(r["policy"]) if name == "warmpool_trace" else None  # the reference is the whole sample's
         refs = f"{ref[0]:.2f}% / {ref[1]}%" if ref else ""
         print(f"{r['policy']:<26}{r['demand']:<13}{r['cold_pct_invoked_minutes']:>9.2f}{r['cold_pct_invocations']:>9.2f}"
               f"{r['p75_cold_rate_pct']:>8.1f}{r['wasted_gb_min']:>11.0f}{r['wasted_pct_of_fixed10']:>7.0f}%   {refs}")
