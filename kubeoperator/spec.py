@@ -136,8 +136,15 @@ class WarmPoolSpec:
         if "idleModel" in s:
             m = s["idleModel"]
             keys = (("enabled", "enabled"), ("binSeconds", "bin_seconds"), ("priorScale", "prior_scale"),
-                    ("priorPower", "prior_power"), ("priorWeight", "prior_weight"))
+                    ("priorPower", "prior_power"), ("priorWeight", "prior_weight"),
+                    ("previousGapWeight", "previous_gap_weight"), ("holdOnTTL", "hold_on_ttl"))
             out["idle_model"] = {k2: m[k1] for k1, k2 in keys if k1 in m}
+        if "demand" in s:
+            out["demand"] = s["demand"]
+        if "requestRate" in s:
+            r = s["requestRate"]
+            out["request_rate"] = {k2: r[k1] for k1, k2 in (("series", "series"),
+                                                            ("concurrencyPerContainer", "concurrency_per_container")) if k1 in r}
         return out
 
 

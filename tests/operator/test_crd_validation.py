@@ -135,7 +135,10 @@ def test_a_valid_warm_pool_is_stored_with_its_defaults(crds):
     ({"workload": "checkout", "idleTTL": {"initialSeconds": 60, "floorSeconds": 90}}, "spec.idleTTL.floorSeconds"),
     ({"workload": "checkout", "idleTTL": {"decay": 1.0}}, "spec.idleTTL.decay"),
     ({"workload": "checkout", "backend": "docker"}, "spec.backend"),
-], ids=["min-above-max", "no-workload", "floor-above-initial", "decay-1", "unknown-backend"])
+    ({"workload": "checkout", "demand": "requests"}, "spec.requestRate"),
+    ({"workload": "checkout", "demand": "both", "requestRate": {"series": "a/b"}}, "spec.requestRate.concurrencyPerContainer"),
+], ids=["min-above-max", "no-workload", "floor-above-initial", "decay-1", "unknown-backend", "requests-without-rate",
+        "rate-without-concurrency"])
 def test_an_invalid_warm_pool_is_refused_with_the_field_path(crds, spec, path_in_error):
     body = {**WP, "metadata": {"name": "bad", "namespace": "shop"}, "spec": spec}
     r = crds.admin.post(WP_PATH, body)

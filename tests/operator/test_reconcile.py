@@ -229,6 +229,18 @@ def test_a_warm_pool_becomes_a_pool_of_the_controllers_policy():
     assert (pool.min_warm, pool.max_warm, pool.idle_ttl.floor_seconds, pool.backend) == (1, 5, 30.0, "kubernetes")
 
 
+def test_a_warm_pool_can_follow_a_predicted_request_rate():
+    from warmpool.policy import parse_policy
+
+    spec = {**WP["spec"], "demand": "both", "requestRate": {"series": "shop/checkout/rps", "concurrencyPerContainer": 20},
+            "idleModel": {"previousGapWeight": 0, "holdOnTTL": True}}
+    r = render_warmpool_policy(None, [parse_warmpool({**WP, "spec": spec})])
+    (pool,) = parse_policy(yaml.safe_load(r.text)).pools
+    assert pool.demand == "both" and pool.request_rate.series == "shop/checkout/rps"
+    assert pool.request_rate.concurrency_per_container == 20
+    assert pool.idle_model.previous_gap_weight == 0 and pool.idle_model.hold_on_ttl is True
+
+
 def test_warm_pool_status_carries_warm_claimed_hit_rate_and_the_ttl_decay_step():
     from prometheus_client import generate_latest
 
