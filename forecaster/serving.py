@@ -318,8 +318,6 @@ def policy_from_model(
     paths are the point forecast plus offsets cross-fitted on the other half of the window
     (:func:`cross_fitted_offsets`), because the published offsets were calibrated on its tail.
     """
-    from forecaster.models.base import clean_history
-
     raw = np.asarray(y_raw, dtype="float64")
     finite = np.isfinite(raw)
     if not finite.any():
@@ -329,25 +327,10 @@ def policy_from_model(
     span = int(settings.history_days * season)
     if capacity_per_pod is None:
         return choose_policy(np.zeros(0), np.zeros(0), {}, 0.0, settings, chosen_at)
-    origins = np.arange(max(0, n - 1 - span), n - 1)
-    mean = np.full(len(origins), np.nan)
-    if tail is not None and tail[0] is not None and len(tail[0]):
-        t_o, t_m = np.asarray(tail[0], dtype=int), np.asarray(tail[1], dtype="float64")
-        at = np.searchsorted(origins, t_o)
-        inside = (at < len(origins)) & (origins[np.minimum(at, len(origins) - 1)] == t_o)
-        mean[at[inside]] = t_m[inside]
-    before = np.isnan(mean)
-    if before.any():  # origins before the validation tail: the fitted parameters on y[:o+1]
-        try:
-            m = np.asarray(model.rolling_means(clean_history(raw), origins[before], 1), dtype="float64")[:, 0]
-            bias = getattr(model, "bias_", None)
-            if bias is not None and len(bias) and np.isfinite(bias[0]):
-                m = m + float(bias[0])
-            mean[before] = m
-        except Exception as exc:  # noqa: BLE001 - score what the tail gives, or the default
-            if before.all():
-                return ServingPolicy(chosen_at=chosen_at, reason=f"default: {getattr(model, 'name', 'model')} could not be scored ({exc})")
-            origins, mean = origins[~before], mean[~before]
+    try:
+        origins, mean = window_means(model, raw, np.arange(max(0, n - 1 - span), n - 1), tail)
+    except Exception as exc:  # noqa: BLE001 - a model that cannot be scored gets the default
+        return ServingPolicy(chosen_at=chosen_at, reason=f"default: {getattr(model, 'name', 'model')} could not be scored ({exc})")
     offsets = getattr(model, "offsets_", None) or {}
     firsts = {}
     for q in settings.quantiles:
@@ -361,6 +344,34 @@ def policy_from_model(
         firsts[q] = np.maximum(mean + off, 0.0)
     floors = {k: held_floor(raw, origins, k) for k in settings.holds if k > 1}
     return choose_policy(exposure(raw, origins), raw[origins], firsts, float(capacity_per_pod), settings, chosen_at, floors)
+
+
+def window_means(model, raw: np.ndarray, origins: np.ndarray,
+                 tail: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
+    """The model's 1-step means at ``origins``: the selection's out-of-sample tail where it has
+    them, before it the fitted parameters on the history up to each origin. Origins the model
+    cannot score are dropped when the tail scores some; raises when none is scored."""
+    from forecaster.models.base import clean_history
+
+    mean = np.full(len(origins), np.nan)
+    if tail is not None and tail[0] is not None and len(tail[0]):
+        t_o, t_m = np.asarray(tail[0], dtype=int), np.asarray(tail[1], dtype="float64")
+        at = np.searchsorted(origins, t_o)
+        inside = (at < len(origins)) & (origins[np.minimum(at, len(origins) - 1)] == t_o)
+        mean[at[inside]] = t_m[inside]
+    before = np.isnan(mean)
+    if before.any():
+        try:
+            m = np.asarray(model.rolling_means(clean_history(raw), origins[before], 1), dtype="float64")[:, 0]
+            bias = getattr(model, "bias_", None)
+            if bias is not None and len(bias) and np.isfinite(bias[0]):
+                m = m + float(bias[0])
+            mean[before] = m
+        except Exception:
+            if before.all():
+                raise
+            origins, mean = origins[~before], mean[~before]
+    return origins, mean
 
 
 def exposure(raw: np.ndarray, origins: np.ndarray) -> np.ndarray:
