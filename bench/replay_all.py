@@ -55,8 +55,8 @@ MAIN_VARIANTS = {
 COST_VARIANTS = {  # serving.violation_cost_pods, the one documented knob of the policy
     # the simple reference predictor (AR, p90, no headroom) run by the production code
     "simple AR p90": ("predictive", {"models": ("ar",)}, {"quantiles": ("p90",), "sources": ("model",), "headrooms": (1.0,)}),
-    "ours cost 30": ("predictive", {}, {"violation_cost_pods": 30.0}),
-    "ours cost 90": ("predictive", {}, {"violation_cost_pods": 90.0}),
+    "ours cost 50": ("predictive", {}, {"violation_cost_pods": 50.0}),
+    "ours cost 150": ("predictive", {}, {"violation_cost_pods": 150.0}),
 }
 WINDOW_VARIANTS = {  # the HPA's scale-down stabilization window (behavior in the HPA manifest)
     "ours sd120": ("predictive", {}, {}, {"scale_down_window_seconds": 120}),

@@ -65,7 +65,7 @@ class ServingSettings:
         may not hold. 0 serves whichever scores lower.
     """
 
-    violation_cost_pods: float = 50.0
+    violation_cost_pods: float = 90.0
     quantiles: tuple[str, ...] = ("p50", "p90")
     sources: tuple[str, ...] = SOURCES
     headrooms: tuple[float, ...] = DEFAULT_HEADROOMS
@@ -84,7 +84,7 @@ class ServingSettings:
             out.append(f"{path}.{key}: {msg}")
 
         if not _num(self.violation_cost_pods) or self.violation_cost_pods < 0:
-            bad("violation_cost_pods", f"{self.violation_cost_pods!r} must be a number >= 0 (e.g. 50)")
+            bad("violation_cost_pods", f"{self.violation_cost_pods!r} must be a number >= 0 (e.g. 90)")
         if not self.quantiles:
             bad("quantiles", "must list at least one quantile key such as p50")
         for i, q in enumerate(self.quantiles):
