@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
 
 from tests import stack
+
+# httpx logs every request at INFO. Session fixtures keep serving after the test that started
+# them (the kube-controller-manager polls the metrics-server stand-in), and their log lines then
+# hit pytest's closed capture streams: each failed write prints a traceback from that thread,
+# and on CPython 3.11.7 formatting a traceback parses source (ast) while the main thread may be
+# parsing too, which that version can fail with "AST constructor recursion depth mismatch".
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def _require(binary: str) -> None:

@@ -13,6 +13,7 @@ from forecaster.engine import EngineError, auto_batch_size, batches, open_engine
 from forecaster.engines.local import LocalEngine
 from forecaster.errors import ConfigError
 from foresight.cli import main
+from tests.astparse import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,7 +95,7 @@ def test_only_the_ray_engine_modules_import_ray():
     importers = []
     for pkg in ("forecaster", "adapter", "warmpool", "replay", "foresight", "kubeoperator", "bench"):
         for f in (ROOT / pkg).rglob("*.py"):
-            for node in ast.walk(ast.parse(f.read_text())):
+            for node in ast.walk(parse(f)):
                 names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                          else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
                 if any(n == "ray" or n.startswith("ray.") for n in names):

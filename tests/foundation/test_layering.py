@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.astparse import parse
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ["forecaster", "adapter", "warmpool", "replay", "kubeoperator", "foresight"]
 FORBIDDEN = {
@@ -24,7 +26,7 @@ OWNERS = {
 
 
 def imports_of(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), str(path))
+    tree = parse(path)
     out = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -68,7 +70,7 @@ def test_cli_help_does_not_import_heavy_libraries():
 
 def _module_imports(path: Path) -> set[str]:
     """Project modules a file imports, anywhere in it (function-level imports included)."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = parse(path)
     for node in ast.walk(tree):  # annotations only: not an import at run time
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             node.body = []
