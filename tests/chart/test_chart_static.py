@@ -34,7 +34,8 @@ def test_helm_lint_strict_passes(helm, args):
     (["--set", "redis.enabled=false"], "externalURL"),
     (["--set", "prometheus.url=localhost:9090"], "prometheus"),
     (["--set", "adapter.replicas=0"], "replicas"),
-], ids=["unknown-key", "external-redis-without-url", "bad-prometheus-url", "zero-replicas"])
+    (["--set", "logFormat=yaml"], "logFormat"),
+], ids=["unknown-key", "external-redis-without-url", "bad-prometheus-url", "zero-replicas", "bad-log-format"])
 def test_invalid_values_are_refused_by_the_values_schema(helm, args, message):
     r = run_helm(helm, "lint", str(CHART), "--kube-version", KUBE_VERSION, *args, check=False)
     assert r.returncode != 0
@@ -58,6 +59,21 @@ def test_the_chart_installs_adapter_with_2_replicas_and_a_pdb_crds_and_the_optio
     assert {"name": "config", "configMap": {"name": "foresight-trainer-config"}} in vols
     off = {d["metadata"]["name"]: d for d in render(helm, "--set", "operator.enabled=false") if d["kind"] == "Deployment"}
     assert {"name": "config", "configMap": {"name": "foresight-workloads"}} in off["foresight-trainer"]["spec"]["template"]["spec"]["volumes"]
+
+
+def test_log_format_reaches_every_foresight_container(helm):
+    def formats(*args):
+        deps = [d for d in render(helm, *ALL_ON, *args) if d["kind"] == "Deployment"]
+        out = {}
+        for d in deps:
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                if "foresight" in str(c.get("image", "")):
+                    out[d["metadata"]["name"]] = [a for a in c.get("args", []) if str(a).startswith("--log-format")]
+        return out
+
+    assert {"foresight-adapter", "foresight-trainer", "foresight-operator", "foresight-warmpool"} <= set(formats())
+    assert all(v == ["--log-format=text"] for v in formats().values()), formats()
+    assert all(v == ["--log-format=json"] for v in formats("--set", "logFormat=json").values())
 
 
 def test_the_trainer_config_in_the_chart_is_one_the_trainer_accepts(helm):
