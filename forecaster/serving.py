@@ -247,7 +247,7 @@ def choose_policy(
     order = {c: i for i, c in enumerate(cands)}
     persist = [c for c in cands if c[0] == "persistence"]
     fb = min(persist, key=lambda c: (c[4], c[3], order[c])) if persist else None
-    # the model must beat persistence by the margin: its cost counts (1 + margin) / 1 higher
+    # the model must beat persistence by the margin: its cost is compared divided by (1 - margin)
     lift = 1.0 / (1.0 - float(settings.model_margin)) if fb is not None else 1.0
     best = min(cands, key=lambda c: (c[4] * (lift if c[0] == "model" else 1.0), c[3], order[c]))
     fb = fb or best
@@ -259,7 +259,7 @@ def choose_policy(
 
     runner = next((c for c in sorted(cands, key=lambda c: c[4]) if (c[0], c[1]) != (src, q)), None)
     reason = (f"over the last {n} intervals, {label(best)} x{m:g} cost {pods:.0f} pod-intervals + {viol} violations "
-              f"x {lam:g} = {cost:.0f}, the lowest of {len(cands)} candidates")
+              f"x {lam:g} = {cost:.0f}, the best of {len(cands)} candidates")
     if lift != 1.0:
         reason += f" (the model must cost {settings.model_margin:.0%} less than persistence)"
     if runner is not None:
