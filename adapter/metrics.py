@@ -219,7 +219,7 @@ def served_cores(
                          held=held_observed(fc, obs, k), hold=k)
     m, k = (policy.headroom, policy.hold) if policy is not None else (1.0, 1)
     if policy is not None and policy.source == "persistence":
-        pred = observed_now(fc)
+        pred = held_observed(fc, observed_now(fc), k)  # the hold is part of the persistence path
         what = f"persistence (last observed {fc.observed[-1][0] if fc.observed else 0:.0f})"
         if pred is None:
             return _fallback(obs, "policy serves persistence but the forecast carries no observation")
