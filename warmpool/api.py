@@ -25,9 +25,8 @@ if TYPE_CHECKING:
 
 
 def create_app(controller: "Controller", auth=None):
-    from fastapi import Body, FastAPI, HTTPException, Request, Response
+    from fastapi import Body, FastAPI, HTTPException, Request
     from fastapi.responses import JSONResponse
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     from starlette.concurrency import run_in_threadpool
 
     from warmpool.controller import ClaimFailed, ColdLimited, NotClaimed, NoWarmContainer, UnknownPool
@@ -108,6 +107,15 @@ def create_app(controller: "Controller", auth=None):
     def coldstart():
         return {"runtime_classes": controller.coldstart_view()}
 
+    _add_probes(app, controller)
+    return app
+
+
+def _add_probes(app, controller: "Controller") -> None:
+    """/metrics and /healthz, on the API app and on the probe app alike."""
+    from fastapi import Response
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
     @app.get("/metrics")
     def metrics():
         return Response(generate_latest(controller.metrics.registry), media_type=CONTENT_TYPE_LATEST)
@@ -115,24 +123,13 @@ def create_app(controller: "Controller", auth=None):
     @app.get("/healthz")
     def healthz():
         return {"ok": True}
-
-    return app
 
 
 def create_probe_app(controller: "Controller"):
     """Only /healthz and /metrics, for a plain-HTTP probe port next to an mTLS API (kubelet
     probes and Prometheus present no client certificate)."""
-    from fastapi import FastAPI, Response
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+    from fastapi import FastAPI
 
     app = FastAPI(title="foresight warm pools (probes)", version="v1alpha1")
-
-    @app.get("/metrics")
-    def metrics():
-        return Response(generate_latest(controller.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    @app.get("/healthz")
-    def healthz():
-        return {"ok": True}
-
+    _add_probes(app, controller)
     return app
