@@ -4,14 +4,17 @@ registry that imports it."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
+import resource
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from forecaster.errors import UserError
 
-__all__ = ["Engine", "EngineError", "MapStats", "Progress", "auto_batch_size", "batches", "run_batch"]
+__all__ = ["Engine", "EngineError", "MapStats", "Progress", "auto_batch_size", "batches", "prepare_worker", "run_batch", "worker_batch"]
 
 Progress = Callable[[int], None]  # called with the number of items just finished
 
@@ -35,6 +38,7 @@ class MapStats:
     seconds: float = 0.0
     task_seconds: float = 0.0
     task_cpu_seconds: float = 0.0
+    task_page_faults: int = 0  # minor page faults of the worker processes over the same spans
 
     def overhead(self) -> float:
         """Share of the workers' wall time not spent in ``fn`` (scheduling, transfer, imbalance)."""
@@ -68,9 +72,51 @@ def batches(items: Sequence[Any], size: int) -> list[list[Any]]:
     return [list(items[i : i + size]) for i in range(0, len(items), size)]
 
 
-def run_batch(fn: Callable[[Any, Any], Any], context: Any, batch: Sequence[Any]) -> tuple[list[Any], float, float]:
-    """What a worker runs for one batch: the results, and the wall and CPU seconds spent in ``fn``
-    (the CPU time of the whole worker process: Ray's own threads in it count too)."""
-    t0, c0 = time.perf_counter(), time.process_time()
+BatchResult = tuple[list[Any], float, float, int]
+
+
+def run_batch(fn: Callable[[Any, Any], Any], context: Any, batch: Sequence[Any]) -> BatchResult:
+    """What a worker runs for one batch: the results; the wall and CPU seconds spent in ``fn``
+    (the CPU time of the whole worker process: Ray's own threads in it count too); and the
+    minor page faults of the process meanwhile (see ``prepare_worker``)."""
+    t0, c0, f0 = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     out = [fn(context, item) for item in batch]
-    return out, time.perf_counter() - t0, time.process_time() - c0
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+    return out, time.perf_counter() - t0, time.process_time() - c0, faults
+
+
+# glibc mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+WORKER_MMAP_THRESHOLD = 32 << 20  # glibc's own ceiling for its dynamic threshold
+WORKER_TRIM_THRESHOLD = 128 << 20
+_prepared: bool | None = None
+
+
+def prepare_worker() -> bool:
+    """Once per worker process (a pool process, a Ray worker): keep freed heap for the next fit.
+
+    A fit allocates and frees arrays of a few hundred kB to a few MB. In a young process glibc
+    hands those back to the kernel as they are freed (mmap'd chunks, a trimmed heap top), and
+    the next fit faults every page in again: about 4,400 minor page faults per 14-day ``auto``
+    fit in a spawned or Ray worker, against none in a long-lived process whose heap has grown
+    (bench/fleet_scale.py counts them). That was most of the gap between a worker's fits and
+    in-process fits. A worker keeps up to ``WORKER_TRIM_THRESHOLD`` of free heap instead.
+    True when the allocator was tuned (glibc only; elsewhere nothing changes)."""
+    global _prepared
+    if _prepared is None:
+        _prepared = False
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            mallopt = getattr(libc, "mallopt", None)
+            if mallopt is not None:
+                _prepared = bool(mallopt(_M_MMAP_THRESHOLD, WORKER_MMAP_THRESHOLD)) and \
+                    bool(mallopt(_M_TRIM_THRESHOLD, WORKER_TRIM_THRESHOLD))
+        except OSError:  # no C library to load (not glibc): the defaults stay
+            pass
+    return _prepared
+
+
+def worker_batch(fn: Callable[[Any, Any], Any], context: Any, batch: Sequence[Any]) -> BatchResult:
+    """``run_batch`` in a worker process: the process is prepared (``prepare_worker``) first."""
+    prepare_worker()
+    return run_batch(fn, context, batch)

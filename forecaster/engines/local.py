@@ -12,19 +12,19 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
-from forecaster.engines.base import MapStats, Progress, auto_batch_size, batches, run_batch
+from forecaster.engines.base import BatchResult, MapStats, Progress, auto_batch_size, batches, run_batch, worker_batch
 
 _ONE_THREAD = False
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def _pool_batch(task: tuple[Callable[[Any, Any], Any], Any, list[Any]]) -> tuple[list[Any], float, float]:
+def _pool_batch(task: tuple[Callable[[Any, Any], Any], Any, list[Any]]) -> BatchResult:
     global _ONE_THREAD
     fn, context, batch = task
     if not _ONE_THREAD and "torch" in sys.modules:  # the context brought a torch model
         sys.modules["torch"].set_num_threads(1)  # one process per core
         _ONE_THREAD = True
-    return run_batch(fn, context, batch)
+    return worker_batch(fn, context, batch)
 
 
 def _spawn_pool(processes: int):
@@ -54,28 +54,31 @@ class LocalEngine:
         t0 = time.perf_counter()
         out: list[Any] = []
         spent = cpu = 0.0
+        faults = 0
         if self.workers > 1 and len(items) > 1:
             size = batch_size or auto_batch_size(len(items), self.workers)
             parts = batches(items, size)
             if self._pool is None:
                 self._pool = _spawn_pool(self.workers)
-            for res, secs, cpu_secs in self._pool.imap(_pool_batch, [(fn, context, b) for b in parts], chunksize=1):
+            for res, secs, cpu_secs, flt in self._pool.imap(_pool_batch, [(fn, context, b) for b in parts], chunksize=1):
                 out.extend(res)
                 spent += secs
                 cpu += cpu_secs
+                faults += flt
                 if progress:
                     progress(len(res))
             n_batches = len(parts)
         else:
             size, n_batches = 1, len(items)
             for item in items:
-                res, secs, cpu_secs = run_batch(fn, context, [item])
+                res, secs, cpu_secs, flt = run_batch(fn, context, [item])
                 out.extend(res)
                 spent += secs
                 cpu += cpu_secs
+                faults += flt
                 if progress:
                     progress(1)
-        self.last_stats = MapStats(len(items), n_batches, size, self.workers, time.perf_counter() - t0, spent, cpu)
+        self.last_stats = MapStats(len(items), n_batches, size, self.workers, time.perf_counter() - t0, spent, cpu, faults)
         return out
 
     def close(self) -> None:

@@ -1,6 +1,6 @@
 """The ``ray`` engine: batches of per-series work as Ray tasks. The only module that imports ray.
 
-A batch is one task (``forecaster.engine.run_batch``); the shared context is put in the object
+A batch is one task (``forecaster.engines.base.worker_batch``); the shared context is put in the object
 store once per ``map``. Ray reruns a task whose worker process or node died (``max_retries``);
 the results of a batch are taken once, from whichever attempt finished, so a series is never
 lost or counted twice. Errors raised by the work itself are not retried: they would repeat.
@@ -22,7 +22,7 @@ import os
 import time
 from typing import Any, Callable, Sequence
 
-from forecaster.engines.base import EngineError, MapStats, Progress, auto_batch_size, batches, run_batch
+from forecaster.engines.base import EngineError, MapStats, Progress, auto_batch_size, batches, worker_batch
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class RayEngine:
         self.max_retries = int(max_retries)
         self.waves = int(waves)
         self._owns = _connect(address, num_cpus, worker_niceness, dashboard)
-        self._task = ray.remote(run_batch).options(max_retries=self.max_retries, retry_exceptions=False,
+        self._task = ray.remote(worker_batch).options(max_retries=self.max_retries, retry_exceptions=False,
                                                    num_cpus=1)
         self.workers = max(1, self.cluster_cpus())
         self.last_stats = MapStats(workers=self.workers)
@@ -101,11 +101,12 @@ class RayEngine:
         results: list[list[Any] | None] = [None] * len(parts)
         pending = list(index)
         spent = cpu = 0.0
+        faults = 0
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             for ref in done:
                 try:
-                    res, secs, cpu_secs = ray.get(ref)
+                    res, secs, cpu_secs, flt = ray.get(ref)
                 except ray.exceptions.RayTaskError:
                     raise  # the work itself failed: the caller sees its own exception
                 except ray.exceptions.RayError as exc:
@@ -113,9 +114,10 @@ class RayEngine:
                 results[index[ref]] = res
                 spent += secs
                 cpu += cpu_secs
+                faults += flt
                 if progress:
                     progress(len(res))
-        self.last_stats = MapStats(len(items), len(parts), size, self.workers, time.perf_counter() - t0, spent, cpu)
+        self.last_stats = MapStats(len(items), len(parts), size, self.workers, time.perf_counter() - t0, spent, cpu, faults)
         return [r for part in results for r in part]  # type: ignore[union-attr]
 
     def close(self) -> None:

@@ -32,3 +32,28 @@ def slow_square(ctx: tuple[str, float], x: int) -> int:
     with open(Path(log_dir) / "attempts", "a") as f:
         f.write(f"end {x} {group}\n")
     return x * x
+
+
+def page_faults_of_churn(prepare: bool, rounds: int = 20) -> int:
+    """Minor page faults of ``rounds`` fit-like allocation rounds in this process: each holds
+    24 arrays of ~0.8 MB at once (an AR design matrix of 14 days is that size), writes them
+    and frees them all. With ``prepare`` the process is first made a worker
+    (``forecaster.engines.base.prepare_worker``)."""
+    import resource
+
+    import numpy as np
+
+    from forecaster.engines.base import prepare_worker
+
+    if prepare:
+        prepare_worker()
+
+    def one_round() -> None:
+        held = [np.ones((4032, 24)) for _ in range(24)]
+        sum(a.sum() for a in held)
+
+    one_round()  # the first round grows the heap once in any process
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(rounds):
+        one_round()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
