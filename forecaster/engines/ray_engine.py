@@ -1,7 +1,7 @@
 """The ``ray`` engine: batches of per-series work as Ray tasks. The only module that imports ray.
 
-A batch is one task (``forecaster.engines.base.worker_batch``); the shared context is put in the object
-store once per ``map``. Ray reruns a task whose worker process or node died (``max_retries``);
+A batch is one task (``forecaster.engines.base.worker_batch``); the shared context is put in
+the object store once per ``map``. Ray reruns a task whose worker process or node died (``max_retries``);
 the results of a batch are taken once, from whichever attempt finished, so a series is never
 lost or counted twice. Errors raised by the work itself are not retried: they would repeat.
 
@@ -10,9 +10,10 @@ A Ray started here (no address) runs its workers at the priority of this process
 that its raylet and GCS stay responsive; beside any busy process of the same session at the
 normal priority (the trainer's refresh loop, another pool) a niced worker then waits for a
 core in the middle of its fits: pinned to one core beside one busy process, a fit took 4.36 s
-at niceness 15 and 0.32 s at 0 (README, "Fleet scale"). That is not what makes Ray's fits
-26-32% slower than a local pool's on a quiet machine: that gap is still open (ibid.). A cluster (``address``) keeps the settings its ``ray start`` was given: set
-``RAY_worker_niceness=0`` there when its nodes run other work too.
+at niceness 15 and 0.32 s at 0 (README, "Fleet scale"). A cluster (``address``) keeps the
+settings its ``ray start`` was given: set ``RAY_worker_niceness=0`` there when its nodes run
+other work too. Every task prepares its worker process once (``prepare_worker``: the allocator
+keeps its freed heap, which a young process would otherwise fault back in for every fit).
 """
 
 from __future__ import annotations
