@@ -53,15 +53,16 @@ MAIN_VARIANTS = {
     "ours+warm": ("predictive+warm", {}, {}),
 }
 COST_VARIANTS = {  # serving.violation_cost_pods, the one documented knob of the policy
-    # the simple reference predictor (AR, p90, no headroom) run by the production code
+    "ours cost 90": ("predictive", {}, {"violation_cost_pods": 90.0}),
+    "ours cost 160": ("predictive", {}, {"violation_cost_pods": 160.0}),
+}
+REFERENCE_VARIANTS = {  # the simple reference predictor (AR, p90, no headroom) run by the production code
     "simple AR p90": ("predictive", {"models": ("ar",)}, {"quantiles": ("p90",), "sources": ("model",), "headrooms": (1.0,)}),
-    "ours cost 50": ("predictive", {}, {"violation_cost_pods": 50.0}),
-    "ours cost 150": ("predictive", {}, {"violation_cost_pods": 150.0}),
 }
 WINDOW_VARIANTS = {  # the HPA's scale-down stabilization window (behavior in the HPA manifest)
     "ours sd120": ("predictive", {}, {}, {"scale_down_window_seconds": 120}),
-    "ours sd60": ("predictive", {}, {}, {"scale_down_window_seconds": 60}),
-    "r70 sd120 (reactive, not on the frontier)": ("reactive", None, None, {"scale_down_window_seconds": 120}),
+    "ours sd0": ("predictive", {}, {}, {"scale_down_window_seconds": 0}),
+    "r70 sd60 (reactive, not on the frontier)": ("reactive", None, None, {"scale_down_window_seconds": 60}),
 }
 
 
@@ -192,8 +193,9 @@ def plot_frontier(tot: pd.DataFrame, path: Path, headline: str) -> None:
     o = tot.loc["oracle"]
     ax.plot([o["cost_x"]], [o["slo_x"]], "*", ms=14, color="black", label="oracle")
     ax.plot([1.19, 1.12, 1.05], [0.22, 0.33, 0.53], "x--", color="gray", label="reference simple AR (t 0.7/0.75/0.8)")
-    ax.axvline(1.10, color="gray", lw=0.6, ls=":")
-    ax.axhline(0.20, color="gray", lw=0.6, ls=":")
+    ax.axvline(1.10, color="gray", lw=0.6, ls=":")  # the targets: <= 0.18x SLO at <= 1.10x cost
+    ax.axhline(0.18, color="gray", lw=0.6, ls=":")
+    ax.annotate("target", (1.10, 0.18), textcoords="offset points", xytext=(-36, -12), fontsize=8, color="gray")
     ax.set_xlabel("replica-minutes / reactive 70% (cost)")
     ax.set_ylabel("SLO-violation minutes / reactive 70% (risk)")
     ax.set_title("Cost vs risk, totals over all replayed series")
@@ -269,15 +271,18 @@ def main(argv=None) -> int:
     ap.add_argument("--every", type=int, default=1, help="replay every N-th series (tuning)")
     ap.add_argument("--offset", type=int, default=0, help="start the every-N-th selection at this series (a second tuning subset)")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--variants", default="main", choices=["main", "costs", "windows"],
-                    help="main: ours (a default deployment) and ours+warm; costs: main plus the simple "
-                         "AR predictor and two serving.violation_cost_pods settings; windows: the scale-down window")
+    ap.add_argument("--variants", default="main", choices=["main", "costs", "cost90", "reference", "windows"],
+                    help="main: ours (a default deployment) and ours+warm; costs: main plus two other "
+                         "serving.violation_cost_pods settings (cost90: only the lower one); reference: main plus "
+                         "the simple AR predictor; windows: the scale-down window")
     ap.add_argument("--startup", default="constant", choices=["constant", "lognormal"], help="pod start-up model (constant 60 s = the reference)")
     ap.add_argument("--tag", default="", help="suffix for the result files")
     args = ap.parse_args(argv)
     from tqdm import tqdm
 
     variants = {"main": MAIN_VARIANTS, "costs": {**MAIN_VARIANTS, **COST_VARIANTS},
+                "cost90": {**MAIN_VARIANTS, "ours cost 90": COST_VARIANTS["ours cost 90"]},
+                "reference": {**MAIN_VARIANTS, **REFERENCE_VARIANTS},
                 "windows": {"ours": MAIN_VARIANTS["ours"], **WINDOW_VARIANTS}}[args.variants]
     series = load_series()[args.offset :: args.every]
     print(f"replaying {len(series)} series with {len(variants)} predictive variants, {len(REACTIVE_TARGETS)} reactive targets, oracle")

@@ -23,14 +23,14 @@ training:
   engine: local                       # or ray: the per-series fits run as Ray tasks (manifests/ray/)
   ray_address: ray://foresight-ray-head-svc.foresight:10001   # with engine: ray (default $RAY_ADDRESS)
 serving:                              # optional: how each workload's serving policy is chosen
-  violation_cost_pods: 90             # one SLO-violation interval is worth this many pod-intervals
+  violation_cost_pods: 120            # one minute of SLO violation is worth this many pod-minutes
   quantiles: [p50, p90]               # published quantiles the policy may serve
   sources: [model, persistence]
   headrooms: [1.0, 1.1, 1.2, 1.5, 2.0]  # candidate multipliers (>= 1 unless allow_below_observed)
   target_value: 0.7                   # the HPA's target Value
   slo_utilization: 0.9
   history_days: 7                     # how much history the choice scores
-  holds: [1, 2, 3]                    # observed floor = max of the last k samples; k chosen per workload
+  holds: [1]                          # observed floor = max of the last k samples; [1, 2, 3]: k chosen per workload
   model_margin: 0.1                   # the model is served only when it costs 10% less than persistence
 workloads:
   - namespace: shop

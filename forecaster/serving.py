@@ -18,10 +18,11 @@ A policy is (source, quantile, hold k, headroom m):
   delay a scale-down, never cause an under-scale relative to a reactive HPA at the same target.
 
 The choice minimises, over the last ``history_days`` of one-step forecasts,
-sum(pods) + violation_cost_pods x sum(violations), where pods = the replicas the HPA would ask
-for at ``target_value`` and a violation is demand above ``slo_utilization`` of that capacity
-before the next sample's pods can be ready (:func:`exposure`). ``violation_cost_pods`` is the one number a user tunes:
-what one 5-minute SLO violation is worth in pod-intervals.
+pod-minutes + violation_cost_pods x SLO-violation minutes, where pods = the replicas the HPA
+would ask for at ``target_value`` and a violation minute is a minute of demand above
+``slo_utilization`` of that capacity while those pods serve, until the next sample's pods are
+ready (:func:`exposure`, :func:`violation_minutes`). ``violation_cost_pods`` is the one number
+a user tunes: how many pod-minutes one minute of SLO violation is worth.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ POLICY_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # version 1 had no hold: it reads as hold 1
 MAX_HOLD = 12  # the trainer publishes the last 12 observed samples with every forecast
 SOURCES = ("model", "persistence")
-DEFAULT_HOLDS = (1, 2, 3)
+DEFAULT_HOLDS = (1,)
 DEFAULT_HEADROOMS = (1.0, 1.05, 1.1, 1.15, 1.2, 1.27, 1.33, 1.4, 1.5, 1.6, 1.75, 2.0, 2.5)
 
 
@@ -46,8 +47,8 @@ DEFAULT_HEADROOMS = (1.0, 1.05, 1.1, 1.15, 1.2, 1.27, 1.33, 1.4, 1.5, 1.6, 1.75,
 class ServingSettings:
     """How the trainer chooses a workload's serving policy (the ``serving:`` config section).
 
-    violation_cost_pods: what one SLO violation (one sample interval over ``slo_utilization``)
-        is worth in pod-intervals; higher buys fewer violations with more pods.
+    violation_cost_pods: how many pod-minutes one minute of SLO violation (demand above
+        ``slo_utilization`` of the capacity) is worth; higher buys fewer violations with more pods.
     quantiles: the published quantiles the policy may serve (each must be published).
     sources: ``model`` and/or ``persistence``.
     headrooms: the candidate multipliers m; values below 1 serve below observed demand (a
@@ -57,7 +58,8 @@ class ServingSettings:
     history_days: how much recent history the choice scores (the selection's out-of-sample
         validation tail, and before it the fitted model on the history up to each origin).
     holds: the candidate holds k (samples, 1-12): the observed floor is the max of the last k
-        observed samples.
+        observed samples. The default is the last sample only: over the replayed traces a
+        longer hold cost more pod-minutes than the violation minutes it saved were worth.
     model_margin: the model is served only when its cost is at least this fraction below the
         best persistence candidate's. The model was selected on the same history among many
         candidates, so its score is optimistic; and proportional headroom on the observed
@@ -65,7 +67,7 @@ class ServingSettings:
         may not hold. 0 serves whichever scores lower.
     """
 
-    violation_cost_pods: float = 90.0
+    violation_cost_pods: float = 120.0
     quantiles: tuple[str, ...] = ("p50", "p90")
     sources: tuple[str, ...] = SOURCES
     headrooms: tuple[float, ...] = DEFAULT_HEADROOMS
@@ -84,7 +86,7 @@ class ServingSettings:
             out.append(f"{path}.{key}: {msg}")
 
         if not _num(self.violation_cost_pods) or self.violation_cost_pods < 0:
-            bad("violation_cost_pods", f"{self.violation_cost_pods!r} must be a number >= 0 (e.g. 90)")
+            bad("violation_cost_pods", f"{self.violation_cost_pods!r} must be a number >= 0 (e.g. 120)")
         if not self.quantiles:
             bad("quantiles", "must list at least one quantile key such as p50")
         for i, q in enumerate(self.quantiles):
@@ -203,20 +205,26 @@ def choose_policy(
     settings: ServingSettings,
     chosen_at: float | None = None,
     floors: Mapping[int, np.ndarray] | None = None,
+    step_minutes: float = 5.0,
 ) -> ServingPolicy:
     """Pick the cheapest (source, quantile, hold k, m) over past origins.
 
-    actual_next[i]: the sample that followed origin i; last[i]: the sample at origin i;
+    actual_next[i]: the demand the pods decided at origin i carry (:func:`exposure`: a path of
+    three points, start, next sample, end, linear between them; a single value per origin is a
+    flat path); last[i]: the sample at origin i;
     first_points[q][i]: the model's one-step quantile q forecast made at origin i;
     floors[k][i]: the observed floor of hold k at origin i (max of the last k samples; hold 1
     is ``last``, the only hold without ``floors``);
-    capacity_per_pod: demand one pod can carry (CPU request in cores for CPU demand).
+    capacity_per_pod: demand one pod can carry (CPU request in cores for CPU demand);
+    step_minutes: the sample interval (pods count for it; violations last part of it).
     """
-    actual_next = np.asarray(actual_next, dtype="float64")
+    path = np.asarray(actual_next, dtype="float64")
+    if path.ndim == 1:
+        path = np.repeat(path[:, None], 3, axis=1)
     last = np.asarray(last, dtype="float64")
     floors = {1: last, **{int(k): np.asarray(v, dtype="float64") for k, v in (floors or {}).items()}}
     holds = [k for k in sorted(set(settings.holds)) if k in floors] or [1]
-    ok = np.isfinite(actual_next) & np.isfinite(last)
+    ok = np.isfinite(path).all(axis=1) & np.isfinite(last)
     for v in first_points.values():
         ok &= np.isfinite(np.asarray(v, dtype="float64"))
     n = int(ok.sum())
@@ -224,12 +232,12 @@ def choose_policy(
         why = f"only {n} scored intervals (< 12)" if n < 12 else "no capacity per pod known"
         return ServingPolicy(source="model", quantile=settings.quantiles[-1], chosen_at=chosen_at,
                              reason=f"default ({why}): {settings.quantiles[-1]} forecast, no headroom")
-    a = actual_next[ok]
+    a = path[ok]
     unit = settings.target_value * capacity_per_pod
     limit = settings.slo_utilization * capacity_per_pod
     lam = float(settings.violation_cost_pods)
     grid = np.asarray(sorted(settings.headrooms), dtype="float64")
-    cands: list[tuple[str, str, int, float, float, int, float]] = []  # source, q, k, m, cost, violations, pods
+    cands: list[tuple[str, str, int, float, float, float, float]] = []  # source, q, k, m, cost, violation minutes, pods
     for k in holds:  # the shortest hold first: on a tie the least sticky policy is served
         fl = np.fmax(floors[k][ok], last[ok])
         bases = []  # the model first: on a tie the forecast is served
@@ -240,10 +248,10 @@ def choose_policy(
             bases.append(("persistence", "-", fl))
         for src, q, base in bases:
             pods = np.maximum(np.ceil(grid[:, None] * base[None, :] / unit - 1e-9), 1.0)
-            viol = (a[None, :] > limit * pods).sum(axis=1)
-            cost = pods.sum(axis=1) + lam * viol
+            viol = violation_minutes(a, limit * pods, step_minutes).sum(axis=1)
+            cost = step_minutes * pods.sum(axis=1) + lam * viol
             for m, c, v, p in zip(grid, cost, viol, pods.sum(axis=1)):
-                cands.append((src, q, k, float(m), float(c), int(v), float(p)))
+                cands.append((src, q, k, float(m), float(c), float(v), float(p)))
     order = {c: i for i, c in enumerate(cands)}
     persist = [c for c in cands if c[0] == "persistence"]
     fb = min(persist, key=lambda c: (c[4], c[3], order[c])) if persist else None
@@ -258,8 +266,8 @@ def choose_policy(
         return name if c[2] == 1 else f"{name} hold {c[2]}"
 
     runner = next((c for c in sorted(cands, key=lambda c: c[4]) if (c[0], c[1]) != (src, q)), None)
-    reason = (f"over the last {n} intervals, {label(best)} x{m:g} cost {pods:.0f} pod-intervals + {viol} violations "
-              f"x {lam:g} = {cost:.0f}, the best of {len(cands)} candidates")
+    reason = (f"over the last {n} intervals, {label(best)} x{m:g} cost {step_minutes * pods:.0f} pod-minutes + "
+              f"{viol:.1f} SLO-violation minutes x {lam:g} = {cost:.0f}, the best of {len(cands)} candidates")
     if lift != 1.0:
         reason += f" (the model must cost {settings.model_margin:.0%} less than persistence)"
     if runner is not None:
@@ -343,7 +351,8 @@ def policy_from_model(
             off = np.full(len(mean), off0 if np.isfinite(off0) else 0.0)
         firsts[q] = np.maximum(mean + off, 0.0)
     floors = {k: held_floor(raw, origins, k) for k in settings.holds if k > 1}
-    return choose_policy(exposure(raw, origins), raw[origins], firsts, float(capacity_per_pod), settings, chosen_at, floors)
+    return choose_policy(exposure(raw, origins), raw[origins], firsts, float(capacity_per_pod), settings, chosen_at, floors,
+                         step_minutes=1440.0 / season)
 
 
 def window_means(model, raw: np.ndarray, origins: np.ndarray,
@@ -375,16 +384,32 @@ def window_means(model, raw: np.ndarray, origins: np.ndarray,
 
 
 def exposure(raw: np.ndarray, origins: np.ndarray) -> np.ndarray:
-    """The demand the pods decided from origin i must carry: the next sample, or half-way to
-    the one after it when that is higher.
+    """The demand the pods decided from origin i carry, as a path of three points (n x 3),
+    linear between them: half-way from the origin's sample to the next, the next sample, and
+    half-way to the one after (the last point is the next sample when there is none after).
 
-    Pods asked for on a sample serve until the pods of the next sample are ready: that sample
-    is published a metric delay after it (90 s) and its pods start a minute later, about half
-    an interval into the next rise (demand is linear between samples). Scoring only the next
-    sample misses that half interval, which is where a rising workload's violations are.
+    Pods asked for on a sample are ready about half an interval later (the sample is published
+    a metric delay after it, 90 s, and pods start in a minute) and serve until the pods of the
+    next sample are ready, half an interval after that sample. Demand is linear between
+    samples, so a rise is partly carried by the pods decided before it.
     """
     raw = np.asarray(raw, dtype="float64")
+    a0 = raw[origins]
     a1 = raw[origins + 1]
     nxt = origins + 2
     a2 = np.where(nxt < len(raw), raw[np.minimum(nxt, len(raw) - 1)], np.nan)
-    return np.fmax(a1, np.where(np.isfinite(a1) & np.isfinite(a2), 0.5 * (a1 + a2), np.nan))
+    end = np.where(np.isfinite(a2), 0.5 * (a1 + a2), a1)
+    start = np.where(np.isfinite(a0), 0.5 * (a0 + a1), a1)
+    return np.stack([start, a1, end], axis=1)
+
+
+def violation_minutes(path: np.ndarray, limit: np.ndarray, step_minutes: float) -> np.ndarray:
+    """Minutes of each interval with demand above ``limit``: ``path`` (n x 3, :func:`exposure`)
+    is linear over two half intervals; ``limit`` is (n,) or (candidates, n)."""
+    half = 0.5 * step_minutes
+    out = 0.0
+    for u, v in ((path[:, 0], path[:, 1]), (path[:, 1], path[:, 2])):
+        hi, d = np.maximum(u, v), np.abs(v - u)
+        frac = np.where(d > 0, np.clip((hi - limit) / np.where(d > 0, d, 1.0), 0.0, 1.0), (u > limit).astype(float))
+        out = out + half * frac
+    return out

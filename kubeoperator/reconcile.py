@@ -7,6 +7,7 @@ writes. The served value is computed by adapter/metrics.py, the same code that a
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import math
 from dataclasses import dataclass, field
@@ -43,6 +44,18 @@ def quantity(v: float) -> str:
     return f"{int(round(v * 1000))}m"
 
 
+# The shipped HPA's behaviour (manifests/hpa-example.yaml, which the replay measures): scale up
+# at once; scale down after a short stabilization, since the forecast raises the metric again
+# before a returning load. An autoscaler without ``spec.behavior`` gets this, not Kubernetes'
+# 5-minute default, so that what it runs is what bench/replay_all.py measured.
+SHIPPED_BEHAVIOR: dict[str, Any] = {
+    "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max", "policies": [
+        {"type": "Pods", "value": 4, "periodSeconds": 15}, {"type": "Percent", "value": 100, "periodSeconds": 15}]},
+    "scaleDown": {"stabilizationWindowSeconds": 60, "selectPolicy": "Max", "policies": [
+        {"type": "Percent", "value": 100, "periodSeconds": 15}]},
+}
+
+
 def desired_hpa(pa: AutoscalerSpec) -> dict:
     """The HPA as manifests/hpa-example.yaml writes it: the reactive CPU floor, then one
     External metric per predicted series at the serving policy's target Value."""
@@ -58,8 +71,7 @@ def desired_hpa(pa: AutoscalerSpec) -> dict:
         "scaleTargetRef": {"apiVersion": pa.target_api_version, "kind": pa.target_kind, "name": pa.target_name},
         "minReplicas": pa.min_replicas, "maxReplicas": pa.max_replicas, "metrics": metrics,
     }
-    if pa.behavior:
-        spec["behavior"] = pa.behavior
+    spec["behavior"] = copy.deepcopy(dict(pa.behavior) if pa.behavior else SHIPPED_BEHAVIOR)
     return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
             "metadata": {"name": pa.name, "namespace": pa.namespace, "labels": dict(MANAGED_BY),
                          "ownerReferences": [pa.owner_reference]},

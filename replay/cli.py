@@ -36,8 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--models", default=None,
                    help="override training.models for the predictive modes, comma-separated (auto, ar, ...)")
     p.add_argument("--violation-cost-pods", type=float, default=None,
-                   help="override serving.violation_cost_pods: what one SLO-violation interval is worth in "
-                        "pod-intervals when the trainer chooses each workload's headroom (default 90)")
+                   help="override serving.violation_cost_pods: how many pod-minutes one minute of SLO "
+                        "violation is worth when the trainer chooses each workload's headroom (default 120)")
     p.add_argument("--pods-at-p99", type=float, default=20.0, help="pods the trace's p99 needs at 70%% (default 20)")
     p.add_argument("--max-replicas", type=int, default=100)
     p.add_argument("--min-replicas", type=int, default=1)
@@ -175,7 +175,7 @@ def run_replay(args: argparse.Namespace) -> int:
         "trainer (production)": f"models {','.join(cfg.pipeline.training.models)}, retrain every "
         f"{cfg.pipeline.training.retrain_interval_seconds / 3600:g} h on {cfg.pipeline.history_days:g} days, quantiles "
         f"{', '.join(f'{q:g}' for q in cfg.pipeline.training.quantiles)}",
-        "serving policy (chosen per workload)": f"violation cost {cfg.pipeline.serving.violation_cost_pods:g} pod-intervals, "
+        "serving policy (chosen per workload)": f"violation cost {cfg.pipeline.serving.violation_cost_pods:g} pod-minutes per minute, "
         f"quantiles {'/'.join(cfg.pipeline.serving.quantiles)}, sources {'/'.join(cfg.pipeline.serving.sources)}",
         "train / replay days": f"{cfg.train_days:g} / {cfg.replay_days:g}",
         "replicas": f"{cfg.min_replicas}-{cfg.max_replicas}", "warm pool size": cfg.warm_pool_size,

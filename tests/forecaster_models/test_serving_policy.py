@@ -11,7 +11,7 @@ import pytest
 from adapter.metrics import MetricSettings, served_cores, served_load_ratio
 from forecaster.config import parse_config
 from forecaster.errors import ConfigError
-from forecaster.serving import POLICY_VERSION, ServingPolicy, ServingSettings, choose_policy, held_floor
+from forecaster.serving import POLICY_VERSION, ServingPolicy, ServingSettings, choose_policy, exposure, held_floor, violation_minutes
 from forecaster.store import Forecast, MemoryForecastStore, make_forecast
 from forecaster.training import Trainer
 
@@ -34,9 +34,35 @@ def test_a_calm_series_gets_no_headroom_and_a_bursty_one_pays_for_headroom():
     bursts = 10 + 6 * (rng.random(n) < 0.1)
     pol = choose_policy(bursts, last, {"p50": last.copy()}, 1.0, ServingSettings(violation_cost_pods=200))
     assert pol.headroom >= 1.2  # ceil(12 / 0.7) = 18 pods carry the 16-core bursts at 90%
-    assert "violations" in pol.reason and pol.costs
+    assert "SLO-violation minutes" in pol.reason and pol.costs
     cheap = choose_policy(bursts, last, {"p50": last.copy()}, 1.0, ServingSettings(violation_cost_pods=0))
     assert cheap.headroom == 1.0  # violations worth nothing: the fewest pods win
+
+
+def test_a_violation_lasts_the_minutes_demand_is_above_the_limit_on_its_linear_path():
+    raw = np.array([10.0, 20.0, 20.0, 10.0])
+    path = exposure(raw, np.array([0, 1]))
+    # origin 0: half-way 10 -> 20 (15), then 20, then half-way to the next sample (20)
+    assert path.tolist() == [[15.0, 20.0, 20.0], [20.0, 20.0, 15.0]]
+    # a limit of 17.5 is crossed half-way up the first half interval (2.5 min): 1.25 + 2.5 min above it
+    assert violation_minutes(path[:1], np.array([17.5]), 5.0).tolist() == [3.75]
+    assert violation_minutes(path, np.array([25.0, 25.0]), 5.0).tolist() == [0.0, 0.0]
+    assert violation_minutes(path, np.array([5.0, 5.0]), 5.0).tolist() == [5.0, 5.0]
+    # the last origin has no sample after the next one: its path ends flat at the next sample
+    assert exposure(raw, np.array([2])).tolist() == [[15.0, 10.0, 10.0]]
+
+
+def test_a_brief_spike_is_worth_less_headroom_than_a_long_one():
+    n = 600
+    last = np.full(n, 10.0)
+    spikes = np.zeros(n, dtype=bool)
+    spikes[::10] = True
+    brief = np.stack([np.full(n, 10.0), np.where(spikes, 16.0, 10.0), np.full(n, 10.0)], axis=1)  # a needle at the sample
+    long = np.stack([np.where(spikes, 16.0, 10.0)] * 3, axis=1)  # the whole interval at 16
+    # 3 more pods carry a spike: 9,000 pod-minutes over 600 intervals; at 50 per violation minute
+    # that pays for 300 minutes of violation (60 long spikes) but not for 125 (60 needles)
+    settings = ServingSettings(violation_cost_pods=50, sources=("persistence",))
+    assert choose_policy(long, last, {}, 1.0, settings).headroom > choose_policy(brief, last, {}, 1.0, settings).headroom
 
 
 def test_a_model_that_sees_the_rises_coming_beats_persistence_in_the_choice():
@@ -56,14 +82,14 @@ def test_the_model_is_served_only_when_it_beats_persistence_by_the_margin():
     last = np.roll(actual, 1).astype(float)
     seen = actual.astype(float).copy()
     seen[np.arange(n) % 24 == 0] = 10.0  # the model sees every other rise coming
-    free = choose_policy(actual, last, {"p50": seen}, 1.0, ServingSettings(quantiles=("p50",), model_margin=0.0))
+    free = choose_policy(actual, last, {"p50": seen}, 1.0, ServingSettings(quantiles=("p50",), model_margin=0.0, violation_cost_pods=90))
     assert free.source == "model"
     gap = 1 - free.costs["p50"] / free.costs["persistence"]
     assert gap > 0.03, free.costs
-    strict = choose_policy(actual, last, {"p50": seen}, 1.0, ServingSettings(quantiles=("p50",), model_margin=gap + 0.02))
+    strict = choose_policy(actual, last, {"p50": seen}, 1.0, ServingSettings(quantiles=("p50",), model_margin=gap + 0.02, violation_cost_pods=90))
     assert strict.source == "persistence" and strict.headroom == strict.fallback_headroom
     assert "must cost" in strict.reason
-    loose = choose_policy(actual, last, {"p50": seen}, 1.0, ServingSettings(quantiles=("p50",), model_margin=gap - 0.02))
+    loose = choose_policy(actual, last, {"p50": seen}, 1.0, ServingSettings(quantiles=("p50",), model_margin=gap - 0.02, violation_cost_pods=90))
     assert loose.source == "model"
     assert any(p.startswith("serving.model_margin") for p in ServingSettings(model_margin=1.0).problems())
 
@@ -147,7 +173,7 @@ def test_a_workload_whose_bursts_return_after_a_dip_is_served_with_a_hold():
     last, nxt = actual_all[origins], actual_all[origins + 1]
     p50 = np.full(n, 7.0)  # a model that cannot tell the dip from the burst
     floors = {k: held_floor(actual_all, origins, k) for k in (2, 3)}
-    pol = choose_policy(nxt, last, {"p50": p50}, 1.0, ServingSettings(quantiles=("p50",)), floors=floors)
+    pol = choose_policy(nxt, last, {"p50": p50}, 1.0, ServingSettings(quantiles=("p50",), holds=(1, 2, 3)), floors=floors)
     assert pol.hold >= 2 and "hold" in pol.reason, pol.reason
     # without the candidate holds the same choice has to buy the bursts with headroom or violations
     one = choose_policy(nxt, last, {"p50": p50}, 1.0, ServingSettings(quantiles=("p50",), holds=(1,)), floors=floors)
