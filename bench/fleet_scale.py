@@ -1,20 +1,22 @@
 """Fleet scale: how fast do per-series fits go on the engines, what does Ray cost, and what
 would 100,000 workloads need?
 
-    .venv/bin/python bench/fleet_scale.py [--fits 100] [--workloads 10000] [--tag NAME]
+    .venv/bin/python bench/fleet_scale.py [--fits 80] [--rounds 12] [--workloads 10000] [--tag NAME]
 
 Workloads are resampled from the real Azure VM CPU traces (``$FORESIGHT_DATA_DIR/cpu``, as in
 bench/trainer_freshness.py): a random base trace, time offset and amplitude scale, 14 days of
 300 s history each, fitted with ``models: [auto]`` (the production default).
 
 Measured, each on the same ``--fits`` workloads (warm workers: a first small map loads the
-model libraries in every worker and is not timed; the best of ``--repeat`` maps counts):
-- fits per second: local in this process (1 process), local pool of 2 processes, Ray with 1
-  and with 2 worker CPUs (a local Ray started by the engine); the speed-up of 2 Ray workers over
-  1; Ray's overhead against local with the same number of (warm) processes; per fit, the wall
-  time and the CPU time of the worker process (equal CPU with more wall time = waiting for a
-  core, not more work); and Ray with 1 worker at Ray's own defaults (workers reniced to 15, the
-  dashboard on) beside the engine's settings (forecaster/engines/ray_engine.py);
+model libraries in every worker and is not timed). Engines are compared in pairs, side by side:
+``--rounds`` rounds of one map on each, the order rotating, medians counted; the machine is
+shared and a minute's noise here is 10-20%, so an overhead is the median of per-round ratios:
+- fits per second: local in this process vs Ray with 1 worker CPU; a local pool of 2 processes
+  vs Ray with 2 (a local Ray started by the engine); the speed-up of 2 Ray workers over 1; Ray's
+  overhead against local with the same number of (warm) processes; per fit, the wall time, the
+  CPU time and the minor page faults of the worker process (equal CPU with more wall time =
+  waiting for a core, not more work; faults: see forecaster.engines.base.prepare_worker); and
+  Ray with 1 worker at Ray's own defaults (workers reniced to 15, the dashboard on) vs local;
 - the refresh of ``--workloads`` fitted workloads in one trainer process (refreshes stay in the
   trainer: they need its states and its store), and the trainer's memory per workload;
 - the bytes of one fitted state (what a Ray worker sends back per fit);
@@ -65,50 +67,91 @@ def workloads(bases: list[np.ndarray], n: int, seed: int, now: float) -> list[tu
     return out
 
 
-def timed_map(engine, trainer: Trainer, items: list, label: str, repeat: int) -> dict:
-    """The best of ``repeat`` timed maps (the machine is shared: the best is the least disturbed)."""
-    engine.map(fit_item, items[: 2 * engine.workers], context=trainer.detached())  # warm the workers
-    wall, st = float("inf"), None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        got = engine.map(fit_item, items, context=trainer.detached())
-        if time.perf_counter() - t0 < wall:
-            wall, st = time.perf_counter() - t0, engine.last_stats
+def _warm(engine, trainer: Trainer, items: list) -> None:
+    engine.map(fit_item, items[: 2 * engine.workers], context=trainer.detached())  # load the model libraries
+
+
+def _timed(engine, trainer: Trainer, items: list) -> tuple[float, object, list]:
+    t0 = time.perf_counter()
+    got = engine.map(fit_item, items, context=trainer.detached())
+    wall = time.perf_counter() - t0
     assert len(got) == len(items) and not any(isinstance(g, Exception) for g in got)
-    row = {"engine": label, "workers": engine.workers, "fits": len(items), "seconds": wall,
-           "fits_per_second": len(items) / wall, "fits_per_second_per_worker": len(items) / wall / engine.workers,
-           "seconds_per_fit": st.task_seconds / len(items), "cpu_seconds_per_fit": st.task_cpu_seconds / len(items),
-           "batches": st.batches, "batch_size": st.batch_size, "engine_overhead": st.overhead()}
-    print(f"  {label:<22} {row['fits_per_second']:6.2f} fits/s ({row['fits_per_second_per_worker']:.2f} per worker), "
-          f"{st.task_seconds / len(items):.3f} s per fit ({st.task_cpu_seconds / len(items):.3f} s CPU), "
-          f"{st.batches} batches of {st.batch_size}, "
-          f"{100 * st.overhead():.1f}% of the workers' time outside the fits", flush=True)
-    return row, got
+    return wall, engine.last_stats, got
 
 
-def engines_bench(trainer: Trainer, items: list, repeat: int) -> tuple[list[dict], list]:
+def paired(engines: dict, trainer: Trainer, items: list, rounds: int) -> tuple[list[dict], dict, dict]:
+    """The same map on every engine of ``engines`` (label -> engine), round after round, the
+    order rotating: what one engine would gain from a quiet minute the other gets as often.
+    Per engine the median round counts; the ratio of two engines is the median of their
+    per-round ratios (both measured within the same minute)."""
+    for e in engines.values():
+        _warm(e, trainer, items)
+    walls: dict[str, list[float]] = {k: [] for k in engines}
+    stats: dict[str, list] = {k: [] for k in engines}
+    got: dict[str, list] = {}
+    labels = list(engines)
+    for r in range(rounds):
+        for label in labels[r % len(labels):] + labels[: r % len(labels)]:
+            wall, st, got[label] = _timed(engines[label], trainer, items)
+            walls[label].append(wall)
+            stats[label].append(st)
+        print(f"  round {r + 1}/{rounds}: " + ", ".join(f"{k} {len(items) / walls[k][-1]:.2f} fits/s" for k in labels), flush=True)
+    rows = []
+    for label, e in engines.items():
+        n = len(items)
+        med = float(np.median(walls[label]))
+        sts = stats[label]
+        row = {"engine": label, "workers": e.workers, "fits": n, "rounds": rounds, "seconds": med,
+               "fits_per_second": n / med, "fits_per_second_per_worker": n / med / e.workers,
+               "fits_per_second_rounds": [n / w for w in walls[label]],
+               "seconds_per_fit": float(np.median([st.task_seconds for st in sts])) / n,
+               "cpu_seconds_per_fit": float(np.median([st.task_cpu_seconds for st in sts])) / n,
+               "page_faults_per_fit": float(np.median([st.task_page_faults for st in sts])) / n,
+               "batches": sts[-1].batches, "batch_size": sts[-1].batch_size,
+               "engine_overhead": float(np.median([st.overhead() for st in sts]))}
+        print(f"  {label:<30} {row['fits_per_second']:6.2f} fits/s ({row['fits_per_second_per_worker']:.2f} per worker), "
+              f"{row['seconds_per_fit']:.3f} s per fit ({row['cpu_seconds_per_fit']:.3f} s CPU, "
+              f"{row['page_faults_per_fit']:.0f} page faults), {row['batches']} batches of {row['batch_size']}, "
+              f"{100 * row['engine_overhead']:.1f}% of the workers' time outside the fits", flush=True)
+        rows.append(row)
+    ratios = {}
+    for a in labels:
+        for b in labels:
+            if a != b:
+                r = np.asarray(walls[a]) / np.asarray(walls[b])
+                ratios[f"{a} / {b}"] = float(np.median(r))
+                ratios[f"{a} / {b}, quartiles"] = [float(np.quantile(r, 0.25)), float(np.quantile(r, 0.75))]
+    return rows, ratios, got
+
+
+def engines_bench(trainer: Trainer, items: list, rounds: int) -> tuple[list[dict], dict, list]:
+    """Three paired runs: 1 process (local in this process vs a Ray worker), 2 processes (a
+    local pool vs 2 Ray workers), and Ray's own default settings vs local, 1 process."""
     from forecaster.engines.ray_engine import RayEngine
 
-    rows = []
-    print("fits per engine:", flush=True)
-    row, states = timed_map(LocalEngine(1), trainer, items, "local, 1 process", repeat)
-    rows.append(row)
-    pool = LocalEngine(2)
-    try:
-        row, _ = timed_map(pool, trainer, items, "local pool, 2 processes", repeat)
-        rows.append(row)
-    finally:
-        pool.close()
-    for cpus, label, kwargs in ((1, "ray, 1 worker, Ray's defaults", {"worker_niceness": None, "dashboard": True}),
-                                (1, "ray, 1 worker", {}), (2, "ray, 2 workers", {})):
+    rows: list[dict] = []
+    ratios: dict[str, float] = {}
+    local = LocalEngine(1)
+    for title, label, cpus, kwargs, other in (
+        ("1 process", "ray, 1 worker", 1, {}, ("local, 1 process", local)),
+        ("2 processes", "ray, 2 workers", 2, {}, ("local pool, 2 processes", None)),
+        ("Ray's defaults", "ray, 1 worker, Ray's defaults", 1, {"worker_niceness": None, "dashboard": True}, ("local, 1 process", local)),
+    ):
+        print(f"fits, {title}, paired:", flush=True)
         engine = RayEngine(num_cpus=cpus, **kwargs)
+        mine = other[1] or LocalEngine(2)
         try:
-            row, got = timed_map(engine, trainer, items, label, repeat)
-            row["same_models_as_local"] = [g.model_name for g in got] == [s.model_name for s in states]
-            rows.append(row)
+            r, q, got = paired({other[0]: mine, label: engine}, trainer, items, rounds)
         finally:
             engine.close()
-    return rows, states
+            if other[1] is None:
+                mine.close()
+        r[1]["same_models_as_local"] = [g.model_name for g in got[label]] == [s.model_name for s in got[other[0]]]
+        rows += [x for x in r if x["engine"] not in {y["engine"] for y in rows}]
+        if title == "Ray's defaults":
+            rows[-1]["paired_local_fits_per_second"] = r[0]["fits_per_second"]
+        ratios.update(q)
+    return rows, ratios, got[next(iter(got))]
 
 
 def refresh_bench(trainer: Trainer, states: list, items: list, n: int) -> dict:
@@ -172,17 +215,19 @@ def projection(rows: list[dict], refresh: dict, redis: dict | None, fits_per_day
 
 
 def write_markdown(payload: dict) -> Path:
-    lines = ["| engine | workers | fits/s | fits/s per worker | s per fit (in the worker) | CPU s per fit | "
-             "workers' time outside fits |", "|---|---|---|---|---|---|---|"]
+    lines = ["| engine | workers | fits/s (median of rounds) | fits/s per worker | s per fit (in the worker) | CPU s per fit | "
+             "page faults per fit | workers' time outside fits |", "|---|---|---|---|---|---|---|---|"]
     for r in payload["engines"]:
         lines.append(f"| {r['engine']} | {r['workers']} | {r['fits_per_second']:.2f} | "
                      f"{r['fits_per_second_per_worker']:.2f} | {r['seconds_per_fit']:.3f} | {r['cpu_seconds_per_fit']:.3f} | "
-                     f"{100 * r['engine_overhead']:.1f}% |")
+                     f"{r['page_faults_per_fit']:.0f} | {100 * r['engine_overhead']:.1f}% |")
     s = payload["summary"]
     lines += ["", f"- Ray 2 workers vs 1: {s['ray_speedup_2_vs_1']:.2f}x",
-              f"- Ray overhead vs local, same processes: 1 process {100 * s['ray_overhead_vs_local_1']:+.1f}%, "
+              f"- Ray overhead vs local, same processes (median of paired rounds): 1 process {100 * s['ray_overhead_vs_local_1']:+.1f}%, "
               f"2 processes {100 * s['ray_overhead_vs_local_2']:+.1f}% (warm processes on both sides); "
               f"Ray's default settings vs local, 1 process: {100 * s['ray_defaults_overhead_vs_local_1']:+.1f}%",
+              "- quartiles of the per-round time ratios: " + "; ".join(
+                  f"{k} {q[0]:.2f}-{q[1]:.2f}" for k, q in s["paired_ratio_quartiles"].items() if k.startswith("ray")),
               f"- load average before/after (the machine is shared): {s['load_average_before_after']}",
               f"- refresh of {payload['refresh']['workloads']} workloads in one trainer: {payload['refresh']['seconds']:.1f} s "
               f"({payload['refresh']['ms_per_refresh']:.2f} ms each)",
@@ -201,10 +246,10 @@ def write_markdown(payload: dict) -> Path:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--fits", type=int, default=100, help="workloads fitted per engine (default 100)")
+    ap.add_argument("--fits", type=int, default=80, help="workloads fitted per map (default 80)")
     ap.add_argument("--workloads", type=int, default=10_000, help="workloads refreshed (default 10000)")
     ap.add_argument("--seed", type=int, default=11)
-    ap.add_argument("--repeat", type=int, default=2, help="timed maps per engine; the best counts (default 2)")
+    ap.add_argument("--rounds", type=int, default=12, help="paired rounds per comparison; medians count (default 12)")
     ap.add_argument("--tag", default="", help="write fleet_scale.TAG.{json,md} instead of fleet_scale.{json,md}")
     args = ap.parse_args()
     if args.tag and not args.tag.replace("-", "").replace("_", "").isalnum():
@@ -218,10 +263,9 @@ def main() -> None:
     trainer = Trainer(None, models=("auto",), horizon=12, quantiles=(0.5, 0.9), step_seconds=STEP)
     print(f"{len(bases)} base traces; {args.fits} resampled workloads of {HISTORY_POINTS} points", flush=True)
     load0 = os.getloadavg()
-    rows, states = engines_bench(trainer, items, args.repeat)
+    rows, ratios, states = engines_bench(trainer, items, args.rounds)
     by = {r["engine"]: r for r in rows}
-    l1, l2 = by["local, 1 process"], by["local pool, 2 processes"]
-    r1, r2, r0 = by["ray, 1 worker"], by["ray, 2 workers"], by["ray, 1 worker, Ray's defaults"]
+    r1, r2 = by["ray, 1 worker"], by["ray, 2 workers"]
     print(f"refresh of {args.workloads} workloads (one trainer process):", flush=True)
     refresh = refresh_bench(trainer, states, items, args.workloads)
     sample = Trainer(MemoryForecastStore(), models=("auto",))
@@ -230,9 +274,10 @@ def main() -> None:
     redis = redis_bench(fc_sample)
     summary = {
         "ray_speedup_2_vs_1": r2["fits_per_second"] / r1["fits_per_second"],
-        "ray_overhead_vs_local_1": r1["seconds"] / l1["seconds"] - 1,
-        "ray_overhead_vs_local_2": r2["seconds"] / l2["seconds"] - 1,
-        "ray_defaults_overhead_vs_local_1": r0["seconds"] / l1["seconds"] - 1,
+        "ray_overhead_vs_local_1": ratios["ray, 1 worker / local, 1 process"] - 1,
+        "ray_overhead_vs_local_2": ratios["ray, 2 workers / local pool, 2 processes"] - 1,
+        "ray_defaults_overhead_vs_local_1": ratios["ray, 1 worker, Ray's defaults / local, 1 process"] - 1,
+        "paired_ratio_quartiles": {k.removesuffix(", quartiles"): v for k, v in ratios.items() if k.endswith("quartiles")},
         "load_average_before_after": [load0, os.getloadavg()],
         "state_pickle_bytes": float(np.mean([len(pickle.dumps(s)) for s in states[:20]])),
     }
