@@ -33,7 +33,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["POLICY_VERSION", "ServingPolicy", "ServingSettings", "choose_policy", "held_floor", "DEFAULT_HEADROOMS", "DEFAULT_HOLDS"]
+from forecaster.servingscore import cross_fitted_offsets, exposure, held_floor, violation_minutes, window_means
+
+__all__ = ["POLICY_VERSION", "ServingPolicy", "ServingSettings", "choose_policy", "policy_from_model", "DEFAULT_HEADROOMS", "DEFAULT_HOLDS"]
 
 POLICY_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # version 1 had no hold: it reads as hold 1
@@ -186,15 +188,56 @@ def _hold_ok(k: Any) -> bool:
     return isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= MAX_HOLD
 
 
-def held_floor(values: np.ndarray, origins: np.ndarray, k: int) -> np.ndarray:
-    """max(values[o - k + 1 .. o]) for every origin o, ignoring NaN (the observed floor of hold k)."""
-    values = np.asarray(values, dtype="float64")
-    origins = np.asarray(origins, dtype=int)
-    out = values[origins].copy()
-    for j in range(1, k):
-        prev = values[np.maximum(origins - j, 0)]
-        out = np.fmax(out, np.where(origins - j >= 0, prev, np.nan))
-    return out
+Candidate = tuple[str, str, int, float, float, float, float]  # source, q, k, m, cost, violation minutes, pods
+
+
+def _candidates(path: np.ndarray, last: np.ndarray, floors: Mapping[int, np.ndarray], first_points: Mapping[str, np.ndarray],
+                capacity_per_pod: float, settings: ServingSettings, step_minutes: float) -> list[Candidate]:
+    """Every (source, quantile, hold, headroom) with its cost over the scored origins, in the
+    order ties are broken: the shortest hold first (the least sticky policy), the model before
+    persistence (the forecast is served), the smallest headroom first."""
+    unit = settings.target_value * capacity_per_pod
+    limit = settings.slo_utilization * capacity_per_pod
+    lam = float(settings.violation_cost_pods)
+    grid = np.asarray(sorted(settings.headrooms), dtype="float64")
+    cands: list[Candidate] = []
+    for k in sorted(floors):
+        fl = np.fmax(floors[k], last)
+        bases = []
+        if "model" in settings.sources:
+            bases += [("model", q, np.maximum(first_points[q], fl)) for q in settings.quantiles if q in first_points]
+        if "persistence" in settings.sources:
+            bases.append(("persistence", "-", fl))
+        for src, q, base in bases:
+            pods = np.maximum(np.ceil(grid[:, None] * base[None, :] / unit - 1e-9), 1.0)
+            viol = violation_minutes(path, limit * pods, step_minutes).sum(axis=1)
+            cost = step_minutes * pods.sum(axis=1) + lam * viol
+            for m, c, v, p in zip(grid, cost, viol, pods.sum(axis=1)):
+                cands.append((src, q, k, float(m), float(c), float(v), float(p)))
+    return cands
+
+
+def _label(c: Candidate) -> str:
+    name = "persistence" if c[0] == "persistence" else c[1]
+    return name if c[2] == 1 else f"{name} hold {c[2]}"
+
+
+def _explain(best: Candidate, cands: list[Candidate], n: int, settings: ServingSettings, lift: float,
+             step_minutes: float) -> tuple[str, dict[str, float]]:
+    """Why ``best`` was chosen (for people: REST and the dashboard), and each source's best cost."""
+    src, q, _, m, cost, viol, pods = best
+    runner = next((c for c in sorted(cands, key=lambda c: c[4]) if (c[0], c[1]) != (src, q)), None)
+    reason = (f"over the last {n} intervals, {_label(best)} x{m:g} cost {step_minutes * pods:.0f} pod-minutes + "
+              f"{viol:.1f} SLO-violation minutes x {settings.violation_cost_pods:g} = {cost:.0f}, "
+              f"the best of {len(cands)} candidates")
+    if lift != 1.0:
+        reason += f" (the model must cost {settings.model_margin:.0%} less than persistence)"
+    if runner is not None:
+        reason += f" (best other source: {_label(runner)} x{runner[3]:g} = {runner[4]:.0f})"
+    costs: dict[str, float] = {}
+    for c in cands:
+        costs[_label(c)] = min(costs.get(_label(c), math.inf), c[4])
+    return reason, costs
 
 
 def choose_policy(
@@ -232,26 +275,9 @@ def choose_policy(
         why = f"only {n} scored intervals (< 12)" if n < 12 else "no capacity per pod known"
         return ServingPolicy(source="model", quantile=settings.quantiles[-1], chosen_at=chosen_at,
                              reason=f"default ({why}): {settings.quantiles[-1]} forecast, no headroom")
-    a = path[ok]
-    unit = settings.target_value * capacity_per_pod
-    limit = settings.slo_utilization * capacity_per_pod
-    lam = float(settings.violation_cost_pods)
-    grid = np.asarray(sorted(settings.headrooms), dtype="float64")
-    cands: list[tuple[str, str, int, float, float, float, float]] = []  # source, q, k, m, cost, violation minutes, pods
-    for k in holds:  # the shortest hold first: on a tie the least sticky policy is served
-        fl = np.fmax(floors[k][ok], last[ok])
-        bases = []  # the model first: on a tie the forecast is served
-        if "model" in settings.sources:
-            bases += [("model", q, np.maximum(np.asarray(first_points[q], dtype="float64")[ok], fl))
-                      for q in settings.quantiles if q in first_points]
-        if "persistence" in settings.sources:
-            bases.append(("persistence", "-", fl))
-        for src, q, base in bases:
-            pods = np.maximum(np.ceil(grid[:, None] * base[None, :] / unit - 1e-9), 1.0)
-            viol = violation_minutes(a, limit * pods, step_minutes).sum(axis=1)
-            cost = step_minutes * pods.sum(axis=1) + lam * viol
-            for m, c, v, p in zip(grid, cost, viol, pods.sum(axis=1)):
-                cands.append((src, q, k, float(m), float(c), float(v), float(p)))
+    cands = _candidates(path[ok], last[ok], {k: floors[k][ok] for k in holds},
+                        {q: np.asarray(v, dtype="float64")[ok] for q, v in first_points.items()},
+                        capacity_per_pod, settings, step_minutes)
     order = {c: i for i, c in enumerate(cands)}
     persist = [c for c in cands if c[0] == "persistence"]
     fb = min(persist, key=lambda c: (c[4], c[3], order[c])) if persist else None
@@ -259,51 +285,11 @@ def choose_policy(
     lift = 1.0 / (1.0 - float(settings.model_margin)) if fb is not None else 1.0
     best = min(cands, key=lambda c: (c[4] * (lift if c[0] == "model" else 1.0), c[3], order[c]))
     fb = fb or best
-    src, q, k, m, cost, viol, pods = best
-
-    def label(c) -> str:
-        name = "persistence" if c[0] == "persistence" else c[1]
-        return name if c[2] == 1 else f"{name} hold {c[2]}"
-
-    runner = next((c for c in sorted(cands, key=lambda c: c[4]) if (c[0], c[1]) != (src, q)), None)
-    reason = (f"over the last {n} intervals, {label(best)} x{m:g} cost {step_minutes * pods:.0f} pod-minutes + "
-              f"{viol:.1f} SLO-violation minutes x {lam:g} = {cost:.0f}, the best of {len(cands)} candidates")
-    if lift != 1.0:
-        reason += f" (the model must cost {settings.model_margin:.0%} less than persistence)"
-    if runner is not None:
-        reason += f" (best other source: {label(runner)} x{runner[3]:g} = {runner[4]:.0f})"
-    costs: dict[str, float] = {}
-    for c in cands:
-        costs[label(c)] = min(costs.get(label(c), math.inf), c[4])
+    src, q, k, m = best[:4]
+    reason, costs = _explain(best, cands, n, settings, lift, step_minutes)
     return ServingPolicy(source=src, quantile=settings.quantiles[-1] if src == "persistence" else q, headroom=m,
                          fallback_headroom=fb[3], chosen_at=chosen_at, reason=reason, costs=costs,
                          hold=k, fallback_hold=fb[2])
-
-
-def cross_fitted_offsets(residuals: np.ndarray, q: float, min_points: int = 24) -> np.ndarray | None:
-    """The q-quantile offset for every scored origin, calibrated on the *other* half of the
-    window (2-fold, split in time), or None when a half has fewer than ``min_points``.
-
-    The published offsets are conformal quantiles of this same validation tail's residuals:
-    scoring the p90 path with them would grade the model on the points its margin was fitted
-    to, and the choice would then favour the model over persistence on every bursty series.
-    """
-    r = np.asarray(residuals, dtype="float64")
-    n = len(r)
-    half = n // 2
-    a, b = r[:half], r[half:]
-    a_ok, b_ok = a[np.isfinite(a)], b[np.isfinite(b)]
-    if len(a_ok) < min_points or len(b_ok) < min_points:
-        return None
-
-    def level(x: np.ndarray) -> float:  # the finite-sample corrected split-conformal quantile
-        k = min(1.0, math.ceil((len(x) + 1) * q) / len(x))
-        return float(np.quantile(x, k))
-
-    out = np.empty(n)
-    out[:half] = level(b_ok)
-    out[half:] = level(a_ok)
-    return out
 
 
 def policy_from_model(
@@ -353,63 +339,3 @@ def policy_from_model(
     floors = {k: held_floor(raw, origins, k) for k in settings.holds if k > 1}
     return choose_policy(exposure(raw, origins), raw[origins], firsts, float(capacity_per_pod), settings, chosen_at, floors,
                          step_minutes=1440.0 / season)
-
-
-def window_means(model, raw: np.ndarray, origins: np.ndarray,
-                 tail: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
-    """The model's 1-step means at ``origins``: the selection's out-of-sample tail where it has
-    them, before it the fitted parameters on the history up to each origin. Origins the model
-    cannot score are dropped when the tail scores some; raises when none is scored."""
-    from forecaster.models.base import clean_history
-
-    mean = np.full(len(origins), np.nan)
-    if tail is not None and tail[0] is not None and len(tail[0]):
-        t_o, t_m = np.asarray(tail[0], dtype=int), np.asarray(tail[1], dtype="float64")
-        at = np.searchsorted(origins, t_o)
-        inside = (at < len(origins)) & (origins[np.minimum(at, len(origins) - 1)] == t_o)
-        mean[at[inside]] = t_m[inside]
-    before = np.isnan(mean)
-    if before.any():
-        try:
-            m = np.asarray(model.rolling_means(clean_history(raw), origins[before], 1), dtype="float64")[:, 0]
-            bias = getattr(model, "bias_", None)
-            if bias is not None and len(bias) and np.isfinite(bias[0]):
-                m = m + float(bias[0])
-            mean[before] = m
-        except Exception:
-            if before.all():
-                raise
-            origins, mean = origins[~before], mean[~before]
-    return origins, mean
-
-
-def exposure(raw: np.ndarray, origins: np.ndarray) -> np.ndarray:
-    """The demand the pods decided from origin i carry, as a path of three points (n x 3),
-    linear between them: half-way from the origin's sample to the next, the next sample, and
-    half-way to the one after (the last point is the next sample when there is none after).
-
-    Pods asked for on a sample are ready about half an interval later (the sample is published
-    a metric delay after it, 90 s, and pods start in a minute) and serve until the pods of the
-    next sample are ready, half an interval after that sample. Demand is linear between
-    samples, so a rise is partly carried by the pods decided before it.
-    """
-    raw = np.asarray(raw, dtype="float64")
-    a0 = raw[origins]
-    a1 = raw[origins + 1]
-    nxt = origins + 2
-    a2 = np.where(nxt < len(raw), raw[np.minimum(nxt, len(raw) - 1)], np.nan)
-    end = np.where(np.isfinite(a2), 0.5 * (a1 + a2), a1)
-    start = np.where(np.isfinite(a0), 0.5 * (a0 + a1), a1)
-    return np.stack([start, a1, end], axis=1)
-
-
-def violation_minutes(path: np.ndarray, limit: np.ndarray, step_minutes: float) -> np.ndarray:
-    """Minutes of each interval with demand above ``limit``: ``path`` (n x 3, :func:`exposure`)
-    is linear over two half intervals; ``limit`` is (n,) or (candidates, n)."""
-    half = 0.5 * step_minutes
-    out = 0.0
-    for u, v in ((path[:, 0], path[:, 1]), (path[:, 1], path[:, 2])):
-        hi, d = np.maximum(u, v), np.abs(v - u)
-        frac = np.where(d > 0, np.clip((hi - limit) / np.where(d > 0, d, 1.0), 0.0, 1.0), (u > limit).astype(float))
-        out = out + half * frac
-    return out

@@ -11,7 +11,8 @@ import pytest
 from adapter.metrics import MetricSettings, served_cores, served_load_ratio
 from forecaster.config import parse_config
 from forecaster.errors import ConfigError
-from forecaster.serving import POLICY_VERSION, ServingPolicy, ServingSettings, choose_policy, exposure, held_floor, violation_minutes
+from forecaster.serving import POLICY_VERSION, ServingPolicy, ServingSettings, choose_policy
+from forecaster.servingscore import exposure, held_floor, violation_minutes
 from forecaster.store import Forecast, MemoryForecastStore, make_forecast
 from forecaster.training import Trainer
 

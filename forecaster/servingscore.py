@@ -1,0 +1,109 @@
+"""How a candidate serving policy is scored on a workload's own past (``forecaster.serving``):
+the one-step means of the fitted model over the window, its quantile paths with cross-fitted
+offsets, the observed floors of each hold, and the demand path each origin's pods carry with
+the minutes of SLO violation on it."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["cross_fitted_offsets", "exposure", "held_floor", "violation_minutes", "window_means"]
+
+
+def held_floor(values: np.ndarray, origins: np.ndarray, k: int) -> np.ndarray:
+    """max(values[o - k + 1 .. o]) for every origin o, ignoring NaN (the observed floor of hold k)."""
+    values = np.asarray(values, dtype="float64")
+    origins = np.asarray(origins, dtype=int)
+    out = values[origins].copy()
+    for j in range(1, k):
+        prev = values[np.maximum(origins - j, 0)]
+        out = np.fmax(out, np.where(origins - j >= 0, prev, np.nan))
+    return out
+
+
+def cross_fitted_offsets(residuals: np.ndarray, q: float, min_points: int = 24) -> np.ndarray | None:
+    """The q-quantile offset for every scored origin, calibrated on the *other* half of the
+    window (2-fold, split in time), or None when a half has fewer than ``min_points``.
+
+    The published offsets are conformal quantiles of this same validation tail's residuals:
+    scoring the p90 path with them would grade the model on the points its margin was fitted
+    to, and the choice would then favour the model over persistence on every bursty series.
+    """
+    r = np.asarray(residuals, dtype="float64")
+    n = len(r)
+    half = n // 2
+    a, b = r[:half], r[half:]
+    a_ok, b_ok = a[np.isfinite(a)], b[np.isfinite(b)]
+    if len(a_ok) < min_points or len(b_ok) < min_points:
+        return None
+
+    def level(x: np.ndarray) -> float:  # the finite-sample corrected split-conformal quantile
+        k = min(1.0, math.ceil((len(x) + 1) * q) / len(x))
+        return float(np.quantile(x, k))
+
+    out = np.empty(n)
+    out[:half] = level(b_ok)
+    out[half:] = level(a_ok)
+    return out
+
+
+def window_means(model, raw: np.ndarray, origins: np.ndarray,
+                 tail: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
+    """The model's 1-step means at ``origins``: the selection's out-of-sample tail where it has
+    them, before it the fitted parameters on the history up to each origin. Origins the model
+    cannot score are dropped when the tail scores some; raises when none is scored."""
+    from forecaster.models.base import clean_history
+
+    mean = np.full(len(origins), np.nan)
+    if tail is not None and tail[0] is not None and len(tail[0]):
+        t_o, t_m = np.asarray(tail[0], dtype=int), np.asarray(tail[1], dtype="float64")
+        at = np.searchsorted(origins, t_o)
+        inside = (at < len(origins)) & (origins[np.minimum(at, len(origins) - 1)] == t_o)
+        mean[at[inside]] = t_m[inside]
+    before = np.isnan(mean)
+    if before.any():
+        try:
+            m = np.asarray(model.rolling_means(clean_history(raw), origins[before], 1), dtype="float64")[:, 0]
+            bias = getattr(model, "bias_", None)
+            if bias is not None and len(bias) and np.isfinite(bias[0]):
+                m = m + float(bias[0])
+            mean[before] = m
+        except Exception:
+            if before.all():
+                raise
+            origins, mean = origins[~before], mean[~before]
+    return origins, mean
+
+
+def exposure(raw: np.ndarray, origins: np.ndarray) -> np.ndarray:
+    """The demand the pods decided from origin i carry, as a path of three points (n x 3),
+    linear between them: half-way from the origin's sample to the next, the next sample, and
+    half-way to the one after (the last point is the next sample when there is none after).
+
+    Pods asked for on a sample are ready about half an interval later (the sample is published
+    a metric delay after it, 90 s, and pods start in a minute) and serve until the pods of the
+    next sample are ready, half an interval after that sample. Demand is linear between
+    samples, so a rise is partly carried by the pods decided before it.
+    """
+    raw = np.asarray(raw, dtype="float64")
+    a0 = raw[origins]
+    a1 = raw[origins + 1]
+    nxt = origins + 2
+    a2 = np.where(nxt < len(raw), raw[np.minimum(nxt, len(raw) - 1)], np.nan)
+    end = np.where(np.isfinite(a2), 0.5 * (a1 + a2), a1)
+    start = np.where(np.isfinite(a0), 0.5 * (a0 + a1), a1)
+    return np.stack([start, a1, end], axis=1)
+
+
+def violation_minutes(path: np.ndarray, limit: np.ndarray, step_minutes: float) -> np.ndarray:
+    """Minutes of each interval with demand above ``limit``: ``path`` (n x 3, :func:`exposure`)
+    is linear over two half intervals; ``limit`` is (n,) or (candidates, n)."""
+    half = 0.5 * step_minutes
+    out = 0.0
+    for u, v in ((path[:, 0], path[:, 1]), (path[:, 1], path[:, 2])):
+        hi, d = np.maximum(u, v), np.abs(v - u)
+        frac = np.where(d > 0, np.clip((hi - limit) / np.where(d > 0, d, 1.0), 0.0, 1.0), (u > limit).astype(float))
+        out = out + half * frac
+    return out
