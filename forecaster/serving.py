@@ -191,8 +191,9 @@ def _hold_ok(k: Any) -> bool:
 Candidate = tuple[str, str, int, float, float, float, float]  # source, q, k, m, cost, violation minutes, pods
 
 
-def _candidates(path: np.ndarray, last: np.ndarray, floors: Mapping[int, np.ndarray], first_points: Mapping[str, np.ndarray],
-                capacity_per_pod: float, settings: ServingSettings, step_minutes: float) -> list[Candidate]:
+def _candidates(path: np.ndarray, last: np.ndarray, floors: Mapping[int, np.ndarray],
+                first_points: Mapping[str, np.ndarray], capacity_per_pod: float, settings: ServingSettings,
+                step_minutes: float) -> list[Candidate]:
     """Every (source, quantile, hold, headroom) with its cost over the scored origins, in the
     order ties are broken: the shortest hold first (the least sticky policy), the model before
     persistence (the forecast is served), the smallest headroom first."""

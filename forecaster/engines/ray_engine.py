@@ -1,9 +1,9 @@
 """The ``ray`` engine: batches of per-series work as Ray tasks. The only module that imports ray.
 
 A batch is one task (``forecaster.engines.base.worker_batch``); the shared context is put in
-the object store once per ``map``. Ray reruns a task whose worker process or node died (``max_retries``);
-the results of a batch are taken once, from whichever attempt finished, so a series is never
-lost or counted twice. Errors raised by the work itself are not retried: they would repeat.
+the object store once per ``map``. Ray reruns a task whose worker process or node died
+(``max_retries``); the results of a batch are taken once, from whichever attempt finished, so a
+series is never lost or counted twice. Errors raised by the work itself are not retried: they would repeat.
 
 A Ray started here (no address) runs its workers at the priority of this process
 (``worker_niceness=0``) and without the dashboard. Ray's default renices every worker to 15 so
@@ -82,7 +82,7 @@ class RayEngine:
         self.waves = int(waves)
         self._owns = _connect(address, num_cpus, worker_niceness, dashboard)
         self._task = ray.remote(worker_batch).options(max_retries=self.max_retries, retry_exceptions=False,
-                                                   num_cpus=1)
+                                                      num_cpus=1)
         self.workers = max(1, self.cluster_cpus())
         self.last_stats = MapStats(workers=self.workers)
 
