@@ -131,27 +131,28 @@ def engines_bench(trainer: Trainer, items: list, rounds: int) -> tuple[list[dict
 
     rows: list[dict] = []
     ratios: dict[str, float] = {}
-    local = LocalEngine(1)
-    for title, label, cpus, kwargs, other in (
-        ("1 process", "ray, 1 worker", 1, {}, ("local, 1 process", local)),
-        ("2 processes", "ray, 2 workers", 2, {}, ("local pool, 2 processes", None)),
-        ("Ray's defaults", "ray, 1 worker, Ray's defaults", 1, {"worker_niceness": None, "dashboard": True}, ("local, 1 process", local)),
+    seen: set[str] = set()
+    for label, cpus, kwargs, local_label, jobs in (
+        ("ray, 1 worker", 1, {}, "local, 1 process", 1),
+        ("ray, 2 workers", 2, {}, "local pool, 2 processes", 2),
+        ("ray, 1 worker, Ray's defaults", 1, {"worker_niceness": None, "dashboard": True}, "local, 1 process", 1),
     ):
-        print(f"fits, {title}, paired:", flush=True)
-        engine = RayEngine(num_cpus=cpus, **kwargs)
-        mine = other[1] or LocalEngine(2)
+        print(f"fits, {label} vs {local_label}, paired:", flush=True)
+        engine, local = RayEngine(num_cpus=cpus, **kwargs), LocalEngine(jobs)
         try:
-            r, q, got = paired({other[0]: mine, label: engine}, trainer, items, rounds)
+            (local_row, ray_row), q, got = paired({local_label: local, label: engine}, trainer, items, rounds)
         finally:
             engine.close()
-            if other[1] is None:
-                mine.close()
-        r[1]["same_models_as_local"] = [g.model_name for g in got[label]] == [s.model_name for s in got[other[0]]]
-        rows += [x for x in r if x["engine"] not in {y["engine"] for y in rows}]
-        if title == "Ray's defaults":
-            rows[-1]["paired_local_fits_per_second"] = r[0]["fits_per_second"]
+            local.close()
+        ray_row["same_models_as_local"] = [g.model_name for g in got[label]] == [s.model_name for s in got[local_label]]
+        if local_label in seen:  # a second pairing with the same local engine: its figure stays with the Ray row
+            ray_row["paired_local_fits_per_second"] = local_row["fits_per_second"]
+        else:
+            seen.add(local_label)
+            rows.append(local_row)
+        rows.append(ray_row)
         ratios.update(q)
-    return rows, ratios, got[next(iter(got))]
+    return rows, ratios, got[local_label]
 
 
 def refresh_bench(trainer: Trainer, states: list, items: list, n: int) -> dict:
