@@ -88,6 +88,14 @@ def _status_class(row: dict) -> str:
     return "ok"
 
 
+def _headrooms(pol: dict, prefix: str = "") -> str:
+    """x1.2, or per state of the gap below the recent peak: x1/1.2/1.5 by peak gap (<=0.05, <=0.3, more)."""
+    ms, edges = pol.get(f"{prefix}headrooms") or [], pol.get("gap_edges") or []
+    if not edges or len(ms) != len(edges) + 1:
+        return f'x{pol.get(f"{prefix}headroom", 1):g}'
+    return "x" + "/".join(f"{m:g}" for m in ms) + " by peak gap (" + ", ".join(f"<={x:.2g}" for x in edges) + ", more)"
+
+
 def render_dashboard(
     rows: Sequence[tuple[dict, Forecast | None]],
     settings: Any,
@@ -117,8 +125,8 @@ def render_dashboard(
         if pol:
             what = "persistence" if pol.get("source") == "persistence" else pol.get("quantile")
             hold = f', hold {pol.get("hold", 1)}' if pol.get("hold", 1) != 1 else ""
-            lines.append(f'<div class="kv policy"><b>serving policy</b> {e(str(what))} x{pol.get("headroom", 1):g}{e(hold)} '
-                         f'(fallback x{pol.get("fallback_headroom", 1):g})<div class="why">{e(str(pol.get("reason", "")))}</div></div>')
+            lines.append(f'<div class="kv policy"><b>serving policy</b> {e(str(what))} {e(_headrooms(pol))}{e(hold)} '
+                         f'(fallback {e(_headrooms(pol, "fallback_"))})<div class="why">{e(str(pol.get("reason", "")))}</div></div>')
         age = "—" if row["age_seconds"] is None else f"{row['age_seconds']:.0f} s"
         err = "—" if row["backtest_error"] is None else f"{row['backtest_error']:.3g}"
         cards.append(

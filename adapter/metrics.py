@@ -11,7 +11,9 @@ simulator (replay/) run exactly the same rule:
 2. served = m x max(predicted, observed floor), with the workload's serving policy (chosen by
    the trainer, published with the forecast: ``forecaster.serving``): which quantile (or a flat
    persistence path) is the prediction, the hold k (the floor is the max of the observed
-   demand now and the last k published samples) and the headroom m >= 1. A bad forecast may delay a
+   demand now and the last k published samples) and the headroom m >= 1: the policy's one
+   headroom, or the headroom of the state the forecast's observed samples are in (how far the
+   latest sits below their peak, ``forecaster.servingscore.peak_gap``). A bad forecast may delay a
    scale-down, it never causes an under-scale (the floor Crane and PredictKube use as well).
    A forecast without a policy is served with ``MetricSettings.quantile`` and m = 1.
 3. A series on the fallback serves m_fallback x its observed floor (the policy's persistence
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from forecaster.serving import ServingPolicy
+from forecaster.servingscore import peak_gap
 from forecaster.store import Forecast
 
 __all__ = [
@@ -184,6 +187,12 @@ def _fallback(observed: float | None, why: str, headroom: float = 1.0, held: flo
     return ServedValue(value=observed, source="observed", reason=f"{why}; serving observed demand", predicted=None, observed=observed)
 
 
+def gap_of(fc: Forecast) -> float:
+    """How far the forecast's latest observed sample sits below the peak of the samples it
+    carries (``forecaster.servingscore.peak_gap``): the state that picks the policy's headroom."""
+    return peak_gap([v for _, v in fc.observed])
+
+
 def policy_of(fc: Forecast) -> tuple[ServingPolicy | None, str]:
     """The serving policy a forecast carries, and a note when it had to be ignored."""
     try:
@@ -214,10 +223,10 @@ def served_cores(
         )
     policy, note = policy_of(fc)
     if fc.status == "fallback":
-        m, k = (policy.fallback_headroom, policy.fallback_hold) if policy is not None else (1.0, 1)
+        m, k = (policy.headroom_at(gap_of(fc), fallback=True), policy.fallback_hold) if policy is not None else (1.0, 1)
         return _fallback(obs, f"series is on the fallback ({fc.reason or 'no reason given'}){note}", headroom=m,
                          held=held_observed(fc, obs, k), hold=k)
-    m, k = (policy.headroom, policy.hold) if policy is not None else (1.0, 1)
+    m, k = (policy.headroom_at(gap_of(fc)), policy.hold) if policy is not None else (1.0, 1)
     if policy is not None and policy.source == "persistence":
         pred = held_observed(fc, observed_now(fc), k)  # the hold is part of the persistence path
         what = f"persistence (last observed {fc.observed[-1][0] if fc.observed else 0:.0f})"
@@ -240,7 +249,10 @@ def served_cores(
     if floored:
         reason += f", below observed {floor:.4g}: floored at observed" if k <= 1 else \
             f", below {floor:.4g}, the max of observed now and the last {k} samples (hold {k}): floored there"
-    reason += f"; x{m:g} headroom from the serving policy" if m != 1.0 else ""
+    if policy is not None and policy.gap_edges:
+        reason += f"; x{m:g} headroom from the serving policy for demand {gap_of(fc):.0%} below its recent peak"
+    elif m != 1.0:
+        reason += f"; x{m:g} headroom from the serving policy"
     return ServedValue(value=value, source="forecast", reason=reason + note, predicted=pred, observed=obs, headroom=m)
 
 

@@ -4,7 +4,7 @@ it (the production trainer and serving policy, replay/pipeline.py), the same wit
 named configurations of the same production code, and the oracle. Prints and saves totals,
 medians, per-series ratios, the per-series equal-cost comparison and plots to bench/results/replay_*.
 
-    .venv/bin/python bench/replay_all.py [--every N [--offset K]] [--workers 2] [--variants main|costs] [--tag T]
+    .venv/bin/python bench/replay_all.py [--every N [--offset K]] [--workers 2] [--variants main|costs|states|reference|windows] [--tag T]
 
 Data: $FORESIGHT_DATA_DIR/cpu (default <repo>/../shared/data/cpu).
 """
@@ -53,13 +53,17 @@ MAIN_VARIANTS = {
     "ours+warm": ("predictive+warm", {}, {}),
 }
 COST_VARIANTS = {  # serving.violation_cost_pods, the one documented knob of the policy
-    "ours cost 90": ("predictive", {}, {"violation_cost_pods": 90.0}),
-    "ours cost 160": ("predictive", {}, {"violation_cost_pods": 160.0}),
+    "ours cost 70": ("predictive", {}, {"violation_cost_pods": 70.0}),
+    "ours cost 120": ("predictive", {}, {"violation_cost_pods": 120.0}),
+}
+STATE_VARIANTS = {  # serving.peak_gap_states: 1 = one headroom at all times
+    "ours one headroom": ("predictive", {}, {"peak_gap_states": 1}),
 }
 REFERENCE_VARIANTS = {  # the simple reference predictor (AR, p90, no headroom) run by the production code
     "simple AR p90": ("predictive", {"models": ("ar",)}, {"quantiles": ("p90",), "sources": ("model",), "headrooms": (1.0,)}),
 }
 WINDOW_VARIANTS = {  # the HPA's scale-down stabilization window (behavior in the HPA manifest)
+    "ours sd60": ("predictive", {}, {}, {"scale_down_window_seconds": 60}),
     "ours sd120": ("predictive", {}, {}, {"scale_down_window_seconds": 120}),
     "ours sd0": ("predictive", {}, {}, {"scale_down_window_seconds": 0}),
     "r70 sd60 (reactive, not on the frontier)": ("reactive", None, None, {"scale_down_window_seconds": 60}),
@@ -271,9 +275,10 @@ def main(argv=None) -> int:
     ap.add_argument("--every", type=int, default=1, help="replay every N-th series (tuning)")
     ap.add_argument("--offset", type=int, default=0, help="start the every-N-th selection at this series (a second tuning subset)")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--variants", default="main", choices=["main", "costs", "cost90", "reference", "windows"],
+    ap.add_argument("--variants", default="main", choices=["main", "costs", "states", "reference", "windows"],
                     help="main: ours (a default deployment) and ours+warm; costs: main plus two other "
-                         "serving.violation_cost_pods settings (cost90: only the lower one); reference: main plus "
+                         "serving.violation_cost_pods settings; states: main plus one headroom at all times "
+                         "(serving.peak_gap_states: 1) and the 60 s scale-down window; reference: main plus "
                          "the simple AR predictor; windows: the scale-down window")
     ap.add_argument("--startup", default="constant", choices=["constant", "lognormal"], help="pod start-up model (constant 60 s = the reference)")
     ap.add_argument("--tag", default="", help="suffix for the result files")
@@ -281,7 +286,7 @@ def main(argv=None) -> int:
     from tqdm import tqdm
 
     variants = {"main": MAIN_VARIANTS, "costs": {**MAIN_VARIANTS, **COST_VARIANTS},
-                "cost90": {**MAIN_VARIANTS, "ours cost 90": COST_VARIANTS["ours cost 90"]},
+                "states": {**MAIN_VARIANTS, **STATE_VARIANTS, "ours sd60": WINDOW_VARIANTS["ours sd60"]},
                 "reference": {**MAIN_VARIANTS, **REFERENCE_VARIANTS},
                 "windows": {"ours": MAIN_VARIANTS["ours"], **WINDOW_VARIANTS}}[args.variants]
     series = load_series()[args.offset :: args.every]

@@ -16,6 +16,9 @@ A policy is (source, quantile, hold k, headroom m):
   value, like a reactive HPA retuned to target / m, but only where the load is predicted.
   m >= 1 by default, so the served value is never below what is observed: a forecast can
   delay a scale-down, never cause an under-scale relative to a reactive HPA at the same target.
+- m may differ by state: how far demand now sits below the peak of the last 12 samples
+  (``peak_gap_states`` ranges of that gap, each with its own m, chosen on the week's origins in
+  that range), because a workload just past a burst is where the next burst most often comes.
 
 The choice minimises, over the last ``history_days`` of one-step forecasts,
 pod-minutes + violation_cost_pods x SLO-violation minutes, where pods = the replicas the HPA
@@ -33,15 +36,18 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from forecaster.servingscore import cross_fitted_offsets, exposure, held_floor, violation_minutes, window_means
+from forecaster.servingscore import (cross_fitted_offsets, exposure, gap_edges, gap_state, held_floor, peak_gaps,
+                                     violation_minutes, window_means)
 
 __all__ = ["POLICY_VERSION", "ServingPolicy", "ServingSettings", "choose_policy", "policy_from_model", "DEFAULT_HEADROOMS", "DEFAULT_HOLDS"]
 
-POLICY_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # version 1 had no hold: it reads as hold 1
+POLICY_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)  # version 1 had no hold: it reads as hold 1; 2 had no headroom states
 MAX_HOLD = 12  # the trainer publishes the last 12 observed samples with every forecast
 SOURCES = ("model", "persistence")
 DEFAULT_HOLDS = (1,)
+DEFAULT_GAP_STATES = 3
+MAX_GAP_STATES = 8
 DEFAULT_HEADROOMS = (1.0, 1.05, 1.1, 1.15, 1.2, 1.27, 1.33, 1.4, 1.5, 1.6, 1.75, 2.0, 2.5)
 
 
@@ -67,9 +73,14 @@ class ServingSettings:
         candidates, so its score is optimistic; and proportional headroom on the observed
         value carries the rare steep rise a forecast's margin does not, which a week of history
         may not hold. 0 serves whichever scores lower.
+    peak_gap_states: how many states of the workload's recent past get their own headroom. The
+        state is how far demand now sits below the peak of the last 12 samples
+        (``servingscore.peak_gap``; an hour at 5-minute samples), split into ranges of equal
+        counts over the scored week: bursts cluster in time, so headroom pays most just after
+        one. 1 chooses one headroom for all times.
     """
 
-    violation_cost_pods: float = 120.0
+    violation_cost_pods: float = 90.0
     quantiles: tuple[str, ...] = ("p50", "p90")
     sources: tuple[str, ...] = SOURCES
     headrooms: tuple[float, ...] = DEFAULT_HEADROOMS
@@ -79,6 +90,7 @@ class ServingSettings:
     allow_below_observed: bool = False
     holds: tuple[int, ...] = DEFAULT_HOLDS
     model_margin: float = 0.1
+    peak_gap_states: int = DEFAULT_GAP_STATES
 
     def problems(self, path: str = "serving", published: Sequence[str] | None = None) -> list[str]:
         """Every problem with its path (empty when valid)."""
@@ -88,7 +100,7 @@ class ServingSettings:
             out.append(f"{path}.{key}: {msg}")
 
         if not _num(self.violation_cost_pods) or self.violation_cost_pods < 0:
-            bad("violation_cost_pods", f"{self.violation_cost_pods!r} must be a number >= 0 (e.g. 120)")
+            bad("violation_cost_pods", f"{self.violation_cost_pods!r} must be a number >= 0 (e.g. 90)")
         if not self.quantiles:
             bad("quantiles", "must list at least one quantile key such as p50")
         for i, q in enumerate(self.quantiles):
@@ -120,6 +132,10 @@ class ServingSettings:
             bad("slo_utilization", f"{self.slo_utilization!r} must be a number in (0, 10] (e.g. 0.9)")
         if not _num(self.model_margin) or not 0 <= self.model_margin < 1:
             bad("model_margin", f"{self.model_margin!r} must be a number in [0, 1) (e.g. 0.1)")
+        if not isinstance(self.peak_gap_states, int) or isinstance(self.peak_gap_states, bool) \
+                or not 1 <= self.peak_gap_states <= MAX_GAP_STATES:
+            bad("peak_gap_states", f"{self.peak_gap_states!r} must be a whole number in [1, {MAX_GAP_STATES}] "
+                "(1: one headroom at all times)")
         if not _num(self.history_days) or self.history_days <= 0:
             bad("history_days", f"{self.history_days!r} must be a number > 0 (e.g. 7)")
         return out
@@ -156,13 +172,25 @@ class ServingPolicy:
     costs: Mapping[str, float] = field(default_factory=dict)  # candidate label -> cost, for people
     hold: int = 1
     fallback_hold: int = 1
+    gap_edges: tuple[float, ...] = ()
+    headrooms: tuple[float, ...] = ()
+    fallback_headrooms: tuple[float, ...] = ()
+
+    def headroom_at(self, gap: float, fallback: bool = False) -> float:
+        """The multiplier for demand ``gap`` below its recent peak (``servingscore.peak_gap``):
+        the headroom of the gap's state, or the one headroom when the policy has no states."""
+        ms = self.fallback_headrooms if fallback else self.headrooms
+        if not self.gap_edges:
+            return self.fallback_headroom if fallback else self.headroom
+        return float(ms[int(gap_state([gap], self.gap_edges)[0])])
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": self.version, "source": self.source, "quantile": self.quantile,
             "headroom": self.headroom, "hold": self.hold, "fallback_headroom": self.fallback_headroom,
             "fallback_hold": self.fallback_hold, "chosen_at": self.chosen_at, "reason": self.reason,
-            "costs": dict(self.costs),
+            "costs": dict(self.costs), "gap_edges": list(self.gap_edges), "headrooms": list(self.headrooms),
+            "fallback_headrooms": list(self.fallback_headrooms),
         }
 
     @classmethod
@@ -181,19 +209,34 @@ class ServingPolicy:
             raise ValueError(f"invalid serving policy {dict(d)!r}")
         costs = d.get("costs") or {}
         return cls(src, q, float(m), float(fm), POLICY_VERSION, d.get("chosen_at"), str(d.get("reason", "")),
-                   {str(k_): float(v) for k_, v in costs.items()} if isinstance(costs, Mapping) else {}, int(k), int(fk))
+                   {str(k_): float(v) for k_, v in costs.items()} if isinstance(costs, Mapping) else {}, int(k), int(fk),
+                   *_states(d))
+
+
+def _states(d: Mapping[str, Any]) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+    """(gap_edges, headrooms, fallback_headrooms) of a published policy; ValueError when they
+    do not describe one headroom per state."""
+    edges, ms, fms = d.get("gap_edges") or [], d.get("headrooms") or [], d.get("fallback_headrooms") or []
+    if not edges and not ms and not fms:
+        return (), (), ()
+    ok = all(isinstance(x, list) for x in (edges, ms, fms)) and len(ms) == len(fms) == len(edges) + 1 \
+        and all(_num(e) and 0 <= e <= 1 for e in edges) and list(edges) == sorted(set(edges)) \
+        and all(_num(m) and m > 0 for m in ms + fms)
+    if not ok:
+        raise ValueError(f"invalid headroom states: gap_edges {edges!r}, headrooms {ms!r}, fallback_headrooms {fms!r}")
+    return tuple(map(float, edges)), tuple(map(float, ms)), tuple(map(float, fms))
 
 
 def _hold_ok(k: Any) -> bool:
     return isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= MAX_HOLD
 
 
-Candidate = tuple[str, str, int, float, float, float, float]  # source, q, k, m, cost, violation minutes, pods
+Candidate = tuple[str, str, int, tuple[float, ...], float, float, float]  # source, q, k, m per state, cost, violation minutes, pods
 
 
 def _candidates(path: np.ndarray, last: np.ndarray, floors: Mapping[int, np.ndarray],
                 first_points: Mapping[str, np.ndarray], capacity_per_pod: float, settings: ServingSettings,
-                step_minutes: float) -> list[Candidate]:
+                step_minutes: float, states: np.ndarray | None = None) -> list[Candidate]:
     """Every (source, quantile, hold, headroom) with its cost over the scored origins, in the
     order ties are broken: the shortest hold first (the least sticky policy), the model before
     persistence (the forecast is served), the smallest headroom first."""
@@ -209,12 +252,21 @@ def _candidates(path: np.ndarray, last: np.ndarray, floors: Mapping[int, np.ndar
             bases += [("model", q, np.maximum(first_points[q], fl)) for q in settings.quantiles if q in first_points]
         if "persistence" in settings.sources:
             bases.append(("persistence", "-", fl))
+        st = np.zeros(len(last), dtype=int) if states is None else states
+        ns = int(st.max()) + 1 if len(st) else 1
         for src, q, base in bases:
             pods = np.maximum(np.ceil(grid[:, None] * base[None, :] / unit - 1e-9), 1.0)
-            viol = violation_minutes(path, limit * pods, step_minutes).sum(axis=1)
-            cost = step_minutes * pods.sum(axis=1) + lam * viol
-            for m, c, v, p in zip(grid, cost, viol, pods.sum(axis=1)):
-                cands.append((src, q, k, float(m), float(c), float(v), float(p)))
+            viol = violation_minutes(path, limit * pods, step_minutes)
+            cost = step_minutes * pods + lam * viol
+            if ns == 1:
+                for m, c, v, p in zip(grid, cost.sum(axis=1), viol.sum(axis=1), pods.sum(axis=1)):
+                    cands.append((src, q, k, (float(m),), float(c), float(v), float(p)))
+                continue
+            # the cost is a sum over origins: each state's best headroom is chosen on its own
+            best = [int(np.argmin(cost[:, st == j].sum(axis=1))) for j in range(ns)]  # the smallest m of equal costs
+            pick = np.asarray(best)[st], np.arange(len(st))
+            cands.append((src, q, k, tuple(float(grid[i]) for i in best), float(cost[pick].sum()),
+                          float(viol[pick].sum()), float(pods[pick].sum())))
     return cands
 
 
@@ -223,18 +275,22 @@ def _label(c: Candidate) -> str:
     return name if c[2] == 1 else f"{name} hold {c[2]}"
 
 
+def _ms(m: tuple) -> str:
+    return "/".join(f"{x:g}" for x in m)
+
+
 def _explain(best: Candidate, cands: list[Candidate], n: int, settings: ServingSettings, lift: float,
              step_minutes: float) -> tuple[str, dict[str, float]]:
     """Why ``best`` was chosen (for people: REST and the dashboard), and each source's best cost."""
     src, q, _, m, cost, viol, pods = best
     runner = next((c for c in sorted(cands, key=lambda c: c[4]) if (c[0], c[1]) != (src, q)), None)
-    reason = (f"over the last {n} intervals, {_label(best)} x{m:g} cost {step_minutes * pods:.0f} pod-minutes + "
+    reason = (f"over the last {n} intervals, {_label(best)} x{_ms(m)} cost {step_minutes * pods:.0f} pod-minutes + "
               f"{viol:.1f} SLO-violation minutes x {settings.violation_cost_pods:g} = {cost:.0f}, "
               f"the best of {len(cands)} candidates")
     if lift != 1.0:
         reason += f" (the model must cost {settings.model_margin:.0%} less than persistence)"
     if runner is not None:
-        reason += f" (best other source: {_label(runner)} x{runner[3]:g} = {runner[4]:.0f})"
+        reason += f" (best other source: {_label(runner)} x{_ms(runner[3])} = {runner[4]:.0f})"
     costs: dict[str, float] = {}
     for c in cands:
         costs[_label(c)] = min(costs.get(_label(c), math.inf), c[4])
@@ -250,6 +306,7 @@ def choose_policy(
     chosen_at: float | None = None,
     floors: Mapping[int, np.ndarray] | None = None,
     step_minutes: float = 5.0,
+    gaps: np.ndarray | None = None,
 ) -> ServingPolicy:
     """Pick the cheapest (source, quantile, hold k, m) over past origins.
 
@@ -276,21 +333,29 @@ def choose_policy(
         why = f"only {n} scored intervals (< 12)" if n < 12 else "no capacity per pod known"
         return ServingPolicy(source="model", quantile=settings.quantiles[-1], chosen_at=chosen_at,
                              reason=f"default ({why}): {settings.quantiles[-1]} forecast, no headroom")
+    edges: tuple[float, ...] = ()
+    states = None
+    if gaps is not None and settings.peak_gap_states > 1:
+        g = np.asarray(gaps, dtype="float64")[ok]
+        edges = gap_edges(g, settings.peak_gap_states)
+        states = gap_state(g, edges)
     cands = _candidates(path[ok], last[ok], {k: floors[k][ok] for k in holds},
                         {q: np.asarray(v, dtype="float64")[ok] for q, v in first_points.items()},
-                        capacity_per_pod, settings, step_minutes)
+                        capacity_per_pod, settings, step_minutes, states)
     order = {c: i for i, c in enumerate(cands)}
     persist = [c for c in cands if c[0] == "persistence"]
-    fb = min(persist, key=lambda c: (c[4], c[3], order[c])) if persist else None
+    fb = min(persist, key=lambda c: (c[4], sum(c[3]), order[c])) if persist else None
     # the model must beat persistence by the margin: its cost is compared divided by (1 - margin)
     lift = 1.0 / (1.0 - float(settings.model_margin)) if fb is not None else 1.0
-    best = min(cands, key=lambda c: (c[4] * (lift if c[0] == "model" else 1.0), c[3], order[c]))
+    best = min(cands, key=lambda c: (c[4] * (lift if c[0] == "model" else 1.0), sum(c[3]), order[c]))
     fb = fb or best
     src, q, k, m = best[:4]
     reason, costs = _explain(best, cands, n, settings, lift, step_minutes)
-    return ServingPolicy(source=src, quantile=settings.quantiles[-1] if src == "persistence" else q, headroom=m,
-                         fallback_headroom=fb[3], chosen_at=chosen_at, reason=reason, costs=costs,
-                         hold=k, fallback_hold=fb[2])
+    stated = len(edges) > 0
+    return ServingPolicy(source=src, quantile=settings.quantiles[-1] if src == "persistence" else q, headroom=max(m),
+                         fallback_headroom=max(fb[3]), chosen_at=chosen_at, reason=reason, costs=costs,
+                         hold=k, fallback_hold=fb[2], gap_edges=edges if stated else (),
+                         headrooms=m if stated else (), fallback_headrooms=fb[3] if stated else ())
 
 
 def policy_from_model(
@@ -339,4 +404,5 @@ def policy_from_model(
         firsts[q] = np.maximum(mean + off, 0.0)
     floors = {k: held_floor(raw, origins, k) for k in settings.holds if k > 1}
     return choose_policy(exposure(raw, origins), raw[origins], firsts, float(capacity_per_pod), settings, chosen_at, floors,
-                         step_minutes=1440.0 / season)
+                         step_minutes=1440.0 / season,
+                         gaps=peak_gaps(raw, origins) if settings.peak_gap_states > 1 else None)

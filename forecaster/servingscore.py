@@ -9,7 +9,8 @@ import math
 
 import numpy as np
 
-__all__ = ["cross_fitted_offsets", "exposure", "held_floor", "violation_minutes", "window_means"]
+__all__ = ["cross_fitted_offsets", "exposure", "gap_edges", "gap_state", "held_floor", "peak_gap", "peak_gaps",
+           "violation_minutes", "window_means"]
 
 
 def held_floor(values: np.ndarray, origins: np.ndarray, k: int) -> np.ndarray:
@@ -107,3 +108,44 @@ def violation_minutes(path: np.ndarray, limit: np.ndarray, step_minutes: float) 
         frac = np.where(d > 0, np.clip((hi - limit) / np.where(d > 0, d, 1.0), 0.0, 1.0), (u > limit).astype(float))
         out = out + half * frac
     return out
+
+
+PEAK_SAMPLES = 12  # the trainer publishes the last 12 observed samples with every forecast
+
+
+def peak_gap(samples) -> float:
+    """How far demand now sits below its recent peak: 1 - latest / max over the last
+    ``PEAK_SAMPLES`` finite samples, in [0, 1]; 0 at the peak or with nothing to compare.
+
+    A workload just past a burst (a high gap) is where the next burst most often comes from:
+    bursts cluster in time. The serving policy can give each range of the gap its own headroom.
+    """
+    x = np.asarray(samples, dtype="float64")[-PEAK_SAMPLES:]
+    x = x[np.isfinite(x)]
+    if not len(x):
+        return 0.0
+    top = float(x.max())
+    return float(min(1.0, max(0.0, 1.0 - x[-1] / top))) if top > 0 else 0.0
+
+
+def peak_gaps(values: np.ndarray, origins: np.ndarray) -> np.ndarray:
+    """:func:`peak_gap` of the samples up to and including each origin."""
+    values = np.asarray(values, dtype="float64")
+    return np.array([peak_gap(values[max(0, o - PEAK_SAMPLES + 1):o + 1]) for o in np.asarray(origins, dtype=int)])
+
+
+def gap_edges(gaps: np.ndarray, states: int) -> tuple[float, ...]:
+    """Edges that split the observed gaps into ``states`` ranges of about equal counts. Edges
+    are observed values and below the largest, so no range is empty; ties may leave fewer."""
+    g = np.asarray(gaps, dtype="float64")
+    g = g[np.isfinite(g)]
+    if states <= 1 or not len(g):
+        return ()
+    qs = np.quantile(g, np.arange(1, states) / states, method="inverted_cdf")
+    return tuple(float(e) for e in np.unique(qs) if e < g.max())
+
+
+def gap_state(gaps, edges) -> np.ndarray:
+    """The state of each gap: 0 for gap <= edges[0], i for edges[i-1] < gap <= edges[i], and
+    len(edges) above the last edge."""
+    return np.searchsorted(np.asarray(edges, dtype="float64"), np.asarray(gaps, dtype="float64"), side="left")

@@ -155,6 +155,8 @@ def parse_serving(c: _Checker, raw: Any, quantiles: tuple[float, ...], path: str
     for k in ("violation_cost_pods", "target_value", "slo_utilization", "history_days", "model_margin"):
         if k in d:
             kw[k] = c.typed(d, k, path, (int, float), getattr(base or ServingSettings, k))
+    if "peak_gap_states" in d:
+        kw["peak_gap_states"] = c.typed(d, "peak_gap_states", path, (int,), getattr(base or ServingSettings, "peak_gap_states"))
     if "allow_below_observed" in d:
         kw["allow_below_observed"] = c.typed(d, "allow_below_observed", path, (bool,), False)
     for k, kind in (("quantiles", str), ("sources", str), ("headrooms", (int, float)), ("holds", int)):

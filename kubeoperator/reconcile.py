@@ -51,7 +51,7 @@ def quantity(v: float) -> str:
 SHIPPED_BEHAVIOR: dict[str, Any] = {
     "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max", "policies": [
         {"type": "Pods", "value": 4, "periodSeconds": 15}, {"type": "Percent", "value": 100, "periodSeconds": 15}]},
-    "scaleDown": {"stabilizationWindowSeconds": 60, "selectPolicy": "Max", "policies": [
+    "scaleDown": {"stabilizationWindowSeconds": 30, "selectPolicy": "Max", "policies": [
         {"type": "Percent", "value": 100, "periodSeconds": 15}]},
 }
 

@@ -21,7 +21,7 @@ SERVING_FIELDS = {
     "violationCostPods": "violation_cost_pods", "quantiles": "quantiles", "sources": "sources",
     "headrooms": "headrooms", "targetValue": "target_value", "sloUtilization": "slo_utilization",
     "historyDays": "history_days", "allowBelowObserved": "allow_below_observed", "holds": "holds",
-    "modelMargin": "model_margin",
+    "modelMargin": "model_margin", "peakGapStates": "peak_gap_states",
 }
 
 

@@ -136,7 +136,7 @@ class ProductionFeed:
         """Which models and policies the trainer chose over the replay (for the report)."""
         from collections import Counter
 
-        heads = [p.get("headroom") for p in self.policies if p]
+        heads = [p.get("headroom") for p in self.policies if p]  # with headroom states: the largest
         return {
             "fits": self.fits,
             "models": dict(Counter(self.models_chosen)),

@@ -60,10 +60,10 @@ __all__ = [
 ]
 
 MODES = ("reactive", "predictive", "predictive+warm", "oracle")
-# The shipped predictive HPA scales down after 1 minute of stabilization instead of
-# Kubernetes' 5: the forecast brings pods back before a returning load, so holding every peak
-# for 5 minutes buys little; a reactive HPA cannot afford it (it sees the load 90 s late).
-PREDICTIVE_SCALE_DOWN_WINDOW_SECONDS = 60
+# The shipped predictive HPA scales down after 30 s of stabilization instead of Kubernetes'
+# 5 minutes: the forecast brings pods back before a returning load, so holding every peak buys
+# little; a reactive HPA cannot afford it (it sees the load 90 s late).
+PREDICTIVE_SCALE_DOWN_WINDOW_SECONDS = 30
 SAMPLE_SECONDS = 300
 
 

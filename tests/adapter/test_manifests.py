@@ -118,14 +118,14 @@ def test_the_example_hpa_keeps_a_reactive_cpu_floor_beside_the_prediction():
     assert cpu["resource"] == {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}
 
 
-def test_the_example_hpa_uses_the_predicted_ratio_at_0_7_with_a_60_s_scale_down_window():
+def test_the_example_hpa_uses_the_predicted_ratio_at_0_7_with_a_30_s_scale_down_window():
     (hpa,) = BY_KIND["HorizontalPodAutoscaler"]
     (m,) = [m for m in hpa["spec"]["metrics"] if m["type"] == "External"]
     assert m["type"] == "External"
     assert m["external"]["metric"]["name"] == "predicted_cpu_load_ratio"
     assert m["external"]["target"] == {"type": "Value", "value": "700m"}
     # the replay measures this window (replay.simulate.PREDICTIVE_SCALE_DOWN_WINDOW_SECONDS)
-    assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 60
+    assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 30
     # the selector matches the labels the adapter serves for that Deployment
     from adapter.selectors import parse_selector
     from adapter.state import labels_of

@@ -255,3 +255,108 @@ def test_rest_and_the_dashboard_show_the_policy_and_why():
         assert d["served"]["predicted_cpu_cores"]["headroom"] == 1.27
         page = c.get("/").text
         assert "serving policy" in page and "p50 x1.27" in page
+
+
+def test_the_peak_gap_is_how_far_demand_now_sits_below_the_last_hours_peak():
+    from forecaster.servingscore import peak_gap, peak_gaps
+
+    assert peak_gap([10.0, 20.0, 5.0]) == pytest.approx(0.75)
+    assert peak_gap([5.0, 10.0, 20.0]) == 0.0  # at the peak
+    assert peak_gap([]) == 0.0 and peak_gap([0.0, 0.0]) == 0.0 and peak_gap([np.nan]) == 0.0
+    assert peak_gap([40.0] + [10.0] * 12) == 0.0  # only the last 12 samples (an hour at 5 min) count
+    assert peak_gap([20.0, np.nan, 10.0]) == pytest.approx(0.5)  # gaps in the history are skipped
+    v = np.array([10.0, 20.0, 5.0, 30.0])
+    assert peak_gaps(v, np.arange(4)).tolist() == pytest.approx([0.0, 0.0, 0.75, 0.0])
+
+
+def test_gap_states_split_the_week_into_ranges_none_of_them_empty():
+    from forecaster.servingscore import gap_edges, gap_state
+
+    g = np.r_[np.zeros(70), np.linspace(0.01, 0.9, 30)]  # mostly at the peak: ties collapse edges
+    edges = gap_edges(g, 3)
+    st = gap_state(g, edges)
+    assert len(edges) == 1 and edges[0] == 0.0  # 0 and above 0, not an empty third state
+    assert set(st.tolist()) == {0, 1} and (st[:70] == 0).all()
+    u = np.linspace(0, 1, 100)
+    e5 = gap_edges(u, 5)
+    assert len(e5) == 4 and np.bincount(gap_state(u, e5)).tolist() == [20, 20, 20, 20, 20]
+    assert gap_edges(u, 1) == () and gap_edges(np.full(10, 0.3), 3) == ()
+
+
+def _after_bursts(n=2000, seed=1):
+    """Bursts come only after a dip below the recent peak (the state the policy sees)."""
+    rng = np.random.default_rng(seed)
+    gaps = rng.choice([0.0, 0.1, 0.6], size=n, p=[0.5, 0.3, 0.2])
+    last = np.full(n, 10.0)
+    nxt = np.where((gaps > 0.5) & (rng.random(n) < 0.5), 16.0, 10.0)
+    return nxt, last, gaps
+
+
+def test_a_workload_whose_bursts_follow_dips_gets_headroom_only_after_them():
+    nxt, last, gaps = _after_bursts()
+    one = choose_policy(nxt, last, {"p50": last.copy()}, 1.0, ServingSettings(peak_gap_states=1), gaps=gaps)
+    three = choose_policy(nxt, last, {"p50": last.copy()}, 1.0, ServingSettings(peak_gap_states=3), gaps=gaps)
+    assert one.gap_edges == () and one.headroom > 1.0
+    assert three.gap_edges == (0.0, 0.1) and three.headrooms[:2] == (1.0, 1.0) and three.headrooms[2] > 1.0
+    assert three.headroom == max(three.headrooms)
+    assert min(three.costs.values()) < min(one.costs.values())  # the same violations for fewer pods
+    assert three.headroom_at(0.0) == 1.0 and three.headroom_at(0.7) == three.headrooms[2]
+    d = ServingPolicy.from_dict(three.to_dict())
+    assert d == three and "x1/1/" in three.reason
+
+
+def test_the_adapter_applies_the_headroom_of_the_state_the_observed_samples_are_in():
+    S = MetricSettings()
+    pol = _pol(quantile="p50", headroom=1.5, gap_edges=(0.2,), headrooms=(1.0, 1.5), fallback_headrooms=(1.1, 1.3))
+
+    def fc(obs, status="ok"):
+        return make_forecast("a/b", origin=T0 - 400, step_seconds=300, mean=[8.0] * 12,
+                             quantiles={"p50": [8.0] * 12, "p90": [9.0] * 12}, model="ar", generated_at=T0,
+                             status=status, observed=tuple((T0 - 400 - 300 * i, v) for i, v in enumerate(obs[::-1]))[::-1],
+                             policy=pol)
+    at_peak = served_cores(fc([6.0, 7.0, 8.0]), T0, S)  # gap 0: state 0
+    assert at_peak.value == pytest.approx(8.0) and at_peak.headroom == 1.0
+    past = served_cores(fc([16.0, 7.0, 8.0]), T0, S)  # gap 0.5: state 1
+    assert past.value == pytest.approx(12.0) and past.headroom == 1.5 and "50% below its recent peak" in past.reason
+    fb = served_cores(fc([16.0, 7.0, 8.0], status="fallback"), T0, S, observed=8.0)
+    assert fb.source == "observed" and fb.value == pytest.approx(8.0 * 1.3)
+
+
+def test_published_headroom_states_are_checked_and_version_2_reads_without_states():
+    v2 = {"version": 2, "source": "model", "quantile": "p90", "headroom": 1.2, "fallback_headroom": 1.1, "hold": 1}
+    pol = ServingPolicy.from_dict(v2)
+    assert pol.gap_edges == () and pol.headroom_at(0.9) == 1.2 and pol.headroom_at(0.9, fallback=True) == 1.1
+    good = _pol(gap_edges=(0.1, 0.4), headrooms=(1.0, 1.2, 1.5), fallback_headrooms=(1.0, 1.1, 1.4))
+    assert ServingPolicy.from_dict(good).headroom_at(0.4) == 1.2  # an edge belongs to the state below it
+    for bad in ({"headrooms": [1.0, 1.2]}, {"gap_edges": [0.4, 0.1]}, {"gap_edges": [0.1, 1.5]},
+                {"fallback_headrooms": [1.0, -1.0, 1.0]}, {"gap_edges": "0.1"}):
+        with pytest.raises(ValueError):
+            ServingPolicy.from_dict({**good, **bad})
+    probs = ServingSettings(peak_gap_states=0).problems() + ServingSettings(peak_gap_states=9).problems()
+    assert len(probs) == 2 and all(p.startswith("serving.peak_gap_states") for p in probs)
+    with pytest.raises(ConfigError) as e:
+        parse_config({"serving": {"peak_gap_states": 2.5}, "workloads": [{"namespace": "a", "name": "b"}]})
+    assert "serving.peak_gap_states" in str(e.value)
+    assert parse_config({"serving": {"peak_gap_states": 4},
+                         "workloads": [{"namespace": "a", "name": "b"}]}).serving.peak_gap_states == 4
+
+
+def test_rest_and_the_dashboard_show_a_policys_headroom_states():
+    import dataclasses
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from adapter.app import create_app
+    from adapter.settings import AdapterSettings
+    from tests.adapter.helpers import sample_forecast
+
+    now = time.time()
+    pol = _pol(headroom=1.5, gap_edges=(0.0, 0.3), headrooms=(1.0, 1.2, 1.5), fallback_headrooms=(1.0, 1.1, 1.4))
+    store = MemoryForecastStore()
+    store.publish(dataclasses.replace(sample_forecast(now=now), policy=pol))
+    with TestClient(create_app(AdapterSettings(), store, clock=lambda: now)) as c:
+        d = c.get("/api/v1/forecasts/shop/checkout").json()
+        assert d["serving_policy"]["headrooms"] == [1.0, 1.2, 1.5] and d["serving_policy"]["gap_edges"] == [0.0, 0.3]
+        page = c.get("/").text
+        assert "x1/1.2/1.5 by peak gap (&lt;=0, &lt;=0.3, more)" in page and "fallback x1/1.1/1.4" in page

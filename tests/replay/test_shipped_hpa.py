@@ -40,4 +40,4 @@ def test_the_reactive_baseline_keeps_kubernetes_default_scale_down_window():
     from replay.hpa import DEFAULT_SCALE_DOWN
 
     assert ReplayConfig().hpa_spec("reactive").scale_down == DEFAULT_SCALE_DOWN
-    assert ReplayConfig().hpa_spec("predictive").scale_down.stabilization_window_seconds == 60
+    assert ReplayConfig().hpa_spec("predictive").scale_down.stabilization_window_seconds == 30
