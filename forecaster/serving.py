@@ -31,20 +31,18 @@ a user tunes: how many pod-minutes one minute of SLO violation is worth.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Mapping, Sequence
 
 import numpy as np
 
+from forecaster.servingpolicy import MAX_HOLD, POLICY_VERSION, SOURCES, ServingPolicy, _num
 from forecaster.servingscore import (cross_fitted_offsets, exposure, gap_edges, gap_state, held_floor, peak_gaps,
                                      violation_minutes, window_means)
 
-__all__ = ["POLICY_VERSION", "ServingPolicy", "ServingSettings", "choose_policy", "policy_from_model", "DEFAULT_HEADROOMS", "DEFAULT_HOLDS"]
+__all__ = ["MAX_HOLD", "POLICY_VERSION", "SOURCES", "ServingPolicy", "ServingSettings", "choose_policy", "policy_from_model",
+           "DEFAULT_HEADROOMS", "DEFAULT_HOLDS"]
 
-POLICY_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)  # version 1 had no hold: it reads as hold 1; 2 had no headroom states
-MAX_HOLD = 12  # the trainer publishes the last 12 observed samples with every forecast
-SOURCES = ("model", "persistence")
 DEFAULT_HOLDS = (1,)
 DEFAULT_GAP_STATES = 3
 MAX_GAP_STATES = 8
@@ -141,94 +139,11 @@ class ServingSettings:
         return out
 
 
-def _num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _pct(q: str) -> bool:
     try:
         return 0 < float(q[1:]) < 100
     except ValueError:
         return False
-
-
-@dataclass(frozen=True)
-class ServingPolicy:
-    """What the adapter applies to one workload's forecast (see the module doc).
-
-    ``fallback_headroom``/``fallback_hold`` are the best m and k for the persistence source:
-    they apply whenever the model is not served (the series is on its fallback), so a drifted
-    model degrades to a reactive HPA with this workload's own headroom, never below observed
-    demand.
-    """
-
-    source: str = "model"
-    quantile: str = "p90"
-    headroom: float = 1.0
-    fallback_headroom: float = 1.0
-    version: int = POLICY_VERSION
-    chosen_at: float | None = None
-    reason: str = "default policy: no choice made yet"
-    costs: Mapping[str, float] = field(default_factory=dict)  # candidate label -> cost, for people
-    hold: int = 1
-    fallback_hold: int = 1
-    gap_edges: tuple[float, ...] = ()
-    headrooms: tuple[float, ...] = ()
-    fallback_headrooms: tuple[float, ...] = ()
-
-    def headroom_at(self, gap: float, fallback: bool = False) -> float:
-        """The multiplier for demand ``gap`` below its recent peak (``servingscore.peak_gap``):
-        the headroom of the gap's state, or the one headroom when the policy has no states."""
-        ms = self.fallback_headrooms if fallback else self.headrooms
-        if not self.gap_edges:
-            return self.fallback_headroom if fallback else self.headroom
-        return float(ms[int(gap_state([gap], self.gap_edges)[0])])
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "version": self.version, "source": self.source, "quantile": self.quantile,
-            "headroom": self.headroom, "hold": self.hold, "fallback_headroom": self.fallback_headroom,
-            "fallback_hold": self.fallback_hold, "chosen_at": self.chosen_at, "reason": self.reason,
-            "costs": dict(self.costs), "gap_edges": list(self.gap_edges), "headrooms": list(self.headrooms),
-            "fallback_headrooms": list(self.fallback_headrooms),
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> "ServingPolicy | None":
-        """The policy a forecast carries; None when absent. A policy of an unknown version or
-        with invalid values raises ValueError (the reader serves the observed value then)."""
-        if not d:
-            return None
-        if d.get("version") not in READABLE_VERSIONS:
-            raise ValueError(f"serving policy version {d.get('version')!r} is not one of {READABLE_VERSIONS}")
-        src, q = d.get("source"), d.get("quantile")
-        m, fm = d.get("headroom"), d.get("fallback_headroom", 1.0)
-        k, fk = d.get("hold", 1), d.get("fallback_hold", 1)
-        if src not in SOURCES or not isinstance(q, str) or not _num(m) or not _num(fm) or m <= 0 or fm <= 0 \
-                or not _hold_ok(k) or not _hold_ok(fk):
-            raise ValueError(f"invalid serving policy {dict(d)!r}")
-        costs = d.get("costs") or {}
-        return cls(src, q, float(m), float(fm), POLICY_VERSION, d.get("chosen_at"), str(d.get("reason", "")),
-                   {str(k_): float(v) for k_, v in costs.items()} if isinstance(costs, Mapping) else {}, int(k), int(fk),
-                   *_states(d))
-
-
-def _states(d: Mapping[str, Any]) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
-    """(gap_edges, headrooms, fallback_headrooms) of a published policy; ValueError when they
-    do not describe one headroom per state."""
-    edges, ms, fms = d.get("gap_edges") or [], d.get("headrooms") or [], d.get("fallback_headrooms") or []
-    if not edges and not ms and not fms:
-        return (), (), ()
-    ok = all(isinstance(x, list) for x in (edges, ms, fms)) and len(ms) == len(fms) == len(edges) + 1 \
-        and all(_num(e) and 0 <= e <= 1 for e in edges) and list(edges) == sorted(set(edges)) \
-        and all(_num(m) and m > 0 for m in ms + fms)
-    if not ok:
-        raise ValueError(f"invalid headroom states: gap_edges {edges!r}, headrooms {ms!r}, fallback_headrooms {fms!r}")
-    return tuple(map(float, edges)), tuple(map(float, ms)), tuple(map(float, fms))
-
-
-def _hold_ok(k: Any) -> bool:
-    return isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= MAX_HOLD
 
 
 Candidate = tuple[str, str, int, tuple[float, ...], float, float, float]  # source, q, k, m per state, cost, violation minutes, pods
