@@ -189,8 +189,9 @@ def plot_frontier(tot: pd.DataFrame, path: Path, headline: str) -> None:
     ours = tot[~tot.index.str.startswith("reactive") & (tot.index != "oracle")]
     pred = ours[~ours.index.str.contains("warm")].sort_values("cost_x")
     ax.plot(pred["cost_x"], pred["slo_x"], "s", color="tab:blue", label="foresight predictive (variants)")
-    for name, row in ours.iterrows():
-        ax.annotate(name, (row["cost_x"], row["slo_x"]), textcoords="offset points", xytext=(4, -10), fontsize=8, color="tab:blue")
+    for i, (name, row) in enumerate(ours.sort_values("slo_x", ascending=False).iterrows()):  # stacked: variants lie close
+        ax.annotate(name, (row["cost_x"], row["slo_x"]), textcoords="offset points", xytext=(40, 10 - 14 * i), fontsize=8,
+                    color="tab:blue", arrowprops={"arrowstyle": "-", "color": "tab:blue", "lw": 0.5})
     warm = ours[ours.index.str.contains("warm")]
     if len(warm):
         ax.plot(warm["cost_x"], warm["slo_x"], "^", color="tab:green", label="predictive + warm pool")

@@ -24,7 +24,7 @@ def _num(v: Any) -> bool:
 
 @dataclass(frozen=True)
 class ServingPolicy:
-    """What the adapter applies to one workload's forecast (see the module doc).
+    """What the adapter applies to one workload's forecast (see ``forecaster.serving``).
 
     ``fallback_headroom``/``fallback_hold`` are the best m and k for the persistence source:
     they apply whenever the model is not served (the series is on its fallback), so a drifted
