@@ -1,7 +1,8 @@
 """How a candidate serving policy is scored on a workload's own past (``forecaster.serving``):
 the one-step means of the fitted model over the window, its quantile paths with cross-fitted
-offsets, the observed floors of each hold, and the demand path each origin's pods carry with
-the minutes of SLO violation on it."""
+offsets, the observed floors of each hold, the demand path each origin's pods carry with
+the minutes of SLO violation on it, and the peak gap whose range picks a state's headroom
+(the adapter computes it with the same function, from the samples a forecast carries)."""
 
 from __future__ import annotations
 
