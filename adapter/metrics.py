@@ -222,11 +222,12 @@ def served_cores(
             obs, f"forecast is stale ({age:.0f} s old > {settings.max_forecast_age_seconds:.0f} s)"
         )
     policy, note = policy_of(fc)
+    gap = gap_of(fc) if policy is not None and policy.gap_edges else None  # only a policy with states reads it
     if fc.status == "fallback":
-        m, k = (policy.headroom_at(gap_of(fc), fallback=True), policy.fallback_hold) if policy is not None else (1.0, 1)
+        m, k = (policy.headroom_at(gap or 0.0, fallback=True), policy.fallback_hold) if policy is not None else (1.0, 1)
         return _fallback(obs, f"series is on the fallback ({fc.reason or 'no reason given'}){note}", headroom=m,
                          held=held_observed(fc, obs, k), hold=k)
-    m, k = (policy.headroom_at(gap_of(fc)), policy.hold) if policy is not None else (1.0, 1)
+    m, k = (policy.headroom_at(gap or 0.0), policy.hold) if policy is not None else (1.0, 1)
     if policy is not None and policy.source == "persistence":
         pred = held_observed(fc, observed_now(fc), k)  # the hold is part of the persistence path
         what = f"persistence (last observed {fc.observed[-1][0] if fc.observed else 0:.0f})"
@@ -249,8 +250,8 @@ def served_cores(
     if floored:
         reason += f", below observed {floor:.4g}: floored at observed" if k <= 1 else \
             f", below {floor:.4g}, the max of observed now and the last {k} samples (hold {k}): floored there"
-    if policy is not None and policy.gap_edges:
-        reason += f"; x{m:g} headroom from the serving policy for demand {gap_of(fc):.0%} below its recent peak"
+    if gap is not None:
+        reason += f"; x{m:g} headroom from the serving policy for demand {gap:.0%} below its recent peak"
     elif m != 1.0:
         reason += f"; x{m:g} headroom from the serving policy"
     return ServedValue(value=value, source="forecast", reason=reason + note, predicted=pred, observed=obs, headroom=m)

@@ -159,6 +159,8 @@ def _candidates(path: np.ndarray, last: np.ndarray, floors: Mapping[int, np.ndar
     limit = settings.slo_utilization * capacity_per_pod
     lam = float(settings.violation_cost_pods)
     grid = np.asarray(sorted(settings.headrooms), dtype="float64")
+    st = np.zeros(len(last), dtype=int) if states is None else states
+    ns = int(st.max()) + 1 if len(st) else 1
     cands: list[Candidate] = []
     for k in sorted(floors):
         fl = np.fmax(floors[k], last)
@@ -167,8 +169,6 @@ def _candidates(path: np.ndarray, last: np.ndarray, floors: Mapping[int, np.ndar
             bases += [("model", q, np.maximum(first_points[q], fl)) for q in settings.quantiles if q in first_points]
         if "persistence" in settings.sources:
             bases.append(("persistence", "-", fl))
-        st = np.zeros(len(last), dtype=int) if states is None else states
-        ns = int(st.max()) + 1 if len(st) else 1
         for src, q, base in bases:
             pods = np.maximum(np.ceil(grid[:, None] * base[None, :] / unit - 1e-9), 1.0)
             viol = violation_minutes(path, limit * pods, step_minutes)
