@@ -8,13 +8,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from forecaster.servingscore import gap_state
+from forecaster.servingscore import OBSERVED_POINTS, gap_state
 
 __all__ = ["MAX_HOLD", "POLICY_VERSION", "READABLE_VERSIONS", "SOURCES", "ServingPolicy"]
 
 POLICY_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)  # version 1 had no hold: it reads as hold 1; 2 had no headroom states
-MAX_HOLD = 12  # the trainer publishes the last 12 observed samples with every forecast
+MAX_HOLD = OBSERVED_POINTS  # a hold reads the published observed samples
 SOURCES = ("model", "persistence")
 
 

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-__all__ = ["cross_fitted_offsets", "exposure", "gap_edges", "gap_state", "held_floor", "peak_gap", "peak_gaps",
+__all__ = ["OBSERVED_POINTS", "cross_fitted_offsets", "exposure", "gap_edges", "gap_state", "held_floor", "peak_gap", "peak_gaps",
            "violation_minutes", "window_means"]
 
 
@@ -111,7 +111,10 @@ def violation_minutes(path: np.ndarray, limit: np.ndarray, step_minutes: float) 
     return out
 
 
-PEAK_SAMPLES = 12  # the trainer publishes the last 12 observed samples with every forecast
+# The trainer publishes at least this many observed samples with every forecast. The peak gap
+# and the hold read them, so the adapter sees what the chooser saw.
+OBSERVED_POINTS = 12
+PEAK_SAMPLES = OBSERVED_POINTS
 
 
 def peak_gap(samples) -> float:

@@ -42,6 +42,7 @@ from forecaster.models.base import clean_history, season_length
 from forecaster.predicted import capacity_per_pod
 from forecaster.selection import DEFAULT_CANDIDATES, SelectionSettings, select_and_fit
 from forecaster.serving import ServingPolicy, ServingSettings, policy_from_model
+from forecaster.servingscore import OBSERVED_POINTS
 from forecaster.store import Forecast, ForecastStore, make_forecast
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ class Trainer:
         retrain_interval_seconds: float = 86400.0,
         drift_ratio: float = 2.0,
         drift_min_points: int = 12,
-        observed_points: int = 12,
+        observed_points: int = OBSERVED_POINTS,
         prototypes: Mapping[str, Model] | None = None,
         serving: ServingSettings | None = None,
         live_skill: DriftSettings | None = None,
@@ -118,6 +119,8 @@ class Trainer:
     ) -> None:
         if horizon < 1:
             raise ModelError(f"horizon must be >= 1 (got {horizon})")
+        if observed_points < OBSERVED_POINTS:  # the served peak gap and hold read that many
+            raise ModelError(f"observed_points must be >= {OBSERVED_POINTS} (got {observed_points})")
         self.store = store
         self.candidates, self.auto = expand_models(models)
         self.horizon = int(horizon)
@@ -291,24 +294,7 @@ class Trainer:
         if self.checkpoints is not None and st.fitted and _drift_flags(st) != self._saved_flags.get(series_id):
             self._checkpoint(st)  # a restart must not forget that this model drifted
 
-        name, status, reason = st.model_name, st.status, st.reason
-        try:  # the fitted model always forecasts: served, or scored live while on the fallback
-            st.model.update(y, ts_c)
-            pred = st.model.predict(self.horizon, self.quantiles)
-            if not (np.all(np.isfinite(pred.mean)) and all(np.all(np.isfinite(v)) for v in pred.quantiles.values())):
-                raise ModelError("non-finite forecast")
-            model_mean = np.asarray(pred.mean, dtype="float64")
-            why = None
-        except Exception as exc:  # noqa: BLE001 - never publish garbage: fall back
-            model_mean, why = None, f"{st.model_name} failed to forecast ({exc}); using persistence"
-        if why is None and st.drifted:
-            why = (f"live error of {st.model_name} is {st.live_error_ratio():.2f}x its backtest error "
-                   f"(limit {self.drift_ratio:g}x); using persistence until the retrain")
-        if why is None and st.skill.drifted:
-            why = st.skill.decision().reason
-        if why is not None:
-            pred = get_model("persistence").fit(y, ts_c).predict(self.horizon, self.quantiles)
-            name, status, reason = "persistence", "fallback", why
+        pred, model_mean, (name, status, reason) = self._served_prediction(st, y, ts_c)
         origin = float(ts[-1])
         obs_idx = np.flatnonzero(finite)[-self.observed_points:]
         observed = tuple((float(ts[i]), float(vals[i])) for i in obs_idx)
@@ -332,6 +318,30 @@ class Trainer:
         if publish and self.store is not None:
             self.store.publish(fc)
         return fc
+
+    def _served_prediction(self, st: SeriesState, y: np.ndarray, ts: np.ndarray):
+        """The fitted model's forecast, or persistence's when the model fails, drifted, or
+        loses to persistence live; the model still forecasts so that it keeps being scored.
+        Returns (prediction, the model's own mean or None, (model, status, reason))."""
+        label = (st.model_name, st.status, st.reason)
+        try:
+            st.model.update(y, ts)
+            pred = st.model.predict(self.horizon, self.quantiles)
+            if not (np.all(np.isfinite(pred.mean)) and all(np.all(np.isfinite(v)) for v in pred.quantiles.values())):
+                raise ModelError("non-finite forecast")
+            model_mean = np.asarray(pred.mean, dtype="float64")
+            why = None
+        except Exception as exc:  # noqa: BLE001 - never publish garbage: fall back
+            model_mean, why = None, f"{st.model_name} failed to forecast ({exc}); using persistence"
+        if why is None and st.drifted:
+            why = (f"live error of {st.model_name} is {st.live_error_ratio():.2f}x its backtest error "
+                   f"(limit {self.drift_ratio:g}x); using persistence until the retrain")
+        if why is None and st.skill.drifted:
+            why = st.skill.decision().reason
+        if why is not None:
+            pred = get_model("persistence").fit(y, ts).predict(self.horizon, self.quantiles)
+            label = ("persistence", "fallback", why)
+        return pred, model_mean, label
 
     def _step(self, ts: np.ndarray) -> float:
         if len(ts) >= 2:

@@ -145,6 +145,16 @@ def test_unknown_model_in_trainer_is_a_clear_error():
         Trainer(MemoryForecastStore(), models=("nope",))
 
 
+def test_a_trainer_that_would_publish_fewer_samples_than_the_peak_gap_reads_is_refused():
+    from forecaster.models import ModelError
+    from forecaster.servingscore import OBSERVED_POINTS, PEAK_SAMPLES
+    from forecaster.servingpolicy import MAX_HOLD
+
+    assert PEAK_SAMPLES == MAX_HOLD == OBSERVED_POINTS  # the chooser and the adapter read the same samples
+    with pytest.raises(ModelError, match=f"observed_points must be >= {OBSERVED_POINTS}"):
+        Trainer(MemoryForecastStore(), observed_points=OBSERVED_POINTS - 1)
+
+
 def test_a_model_that_loses_to_the_last_value_live_is_replaced_by_persistence_until_it_recovers(daily_series):
     ts, y = daily_series
     store = MemoryForecastStore()
