@@ -17,6 +17,21 @@ from tests import stack
 logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
+@pytest.fixture(autouse=True)
+def _cli_logging_ends_with_the_test():
+    """A test that runs ``foresight.cli.main`` leaves the CLI's root handler writing to that
+    test's captured stderr, which pytest then closes; a later test's warning through it fails
+    (here it made a corrupt-forecast warning lose the healthy workloads' listing). A real
+    process's stderr stays open, so the handler goes with the test that installed it."""
+    root = logging.getLogger()
+    before, level = list(root.handlers), root.level
+    yield
+    for h in list(root.handlers):
+        if h not in before:
+            root.removeHandler(h)
+    root.setLevel(level)
+
+
 def _require(binary: str) -> None:
     if not stack.have(binary):
         msg = f"{binary} is not installed; run `make test` (it installs Debian packages as root)"

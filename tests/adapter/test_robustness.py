@@ -28,7 +28,7 @@ def test_a_corrupt_forecast_in_redis_only_loses_that_workload(redis_url):
         time.sleep(0.3)
         again = c.get(f"{EXT}/namespaces/shop/predicted_cpu_cores", params={"labelSelector": "workload=good"})
         listing = c.get("/api/v1/forecasts")
-    assert ok.status_code == 200
+    assert ok.status_code == 200, ok.text
     assert sorted(i["metricLabels"]["workload"] for i in ok.json()["items"]) == ["fine", "good"]
     assert bad.status_code == 404 and bad.json()["kind"] == "Status"
     assert again.status_code == 200  # the bad key did not make the store look down
