@@ -23,7 +23,7 @@ training:
   engine: local                       # or ray: the per-series fits run as Ray tasks (manifests/ray/)
   ray_address: ray://foresight-ray-head-svc.foresight:10001   # with engine: ray (default $RAY_ADDRESS)
 serving:                              # optional: how each workload's serving policy is chosen
-  violation_cost_pods: 90             # one minute of SLO violation is worth this many pod-minutes
+  violation_cost_pods: 88             # one minute of SLO violation is worth this many pod-minutes
   quantiles: [p50, p90]               # published quantiles the policy may serve
   sources: [model, persistence]
   headrooms: [1.0, 1.1, 1.2, 1.5, 2.0]  # candidate multipliers (>= 1 unless allow_below_observed)
@@ -32,7 +32,7 @@ serving:                              # optional: how each workload's serving po
   history_days: 7                     # how much history the choice scores
   holds: [1]                          # observed floor = max of the last k samples; [1, 2, 3]: k chosen per workload
   model_margin: 0.1                   # the model is served only when it costs 10% less than persistence
-  peak_gap_states: 3                  # headroom per state of demand below its recent peak; 1: one headroom
+  peak_gap_states: 5                  # headroom per state of demand below its recent peak; 1: one headroom
 workloads:
   - namespace: shop
     name: checkout

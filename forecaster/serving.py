@@ -44,7 +44,7 @@ __all__ = ["MAX_HOLD", "POLICY_VERSION", "SOURCES", "ServingPolicy", "ServingSet
            "DEFAULT_HEADROOMS", "DEFAULT_HOLDS"]
 
 DEFAULT_HOLDS = (1,)
-DEFAULT_GAP_STATES = 3
+DEFAULT_GAP_STATES = 5
 MAX_GAP_STATES = 8
 DEFAULT_HEADROOMS = (1.0, 1.05, 1.1, 1.15, 1.2, 1.27, 1.33, 1.4, 1.5, 1.6, 1.75, 2.0, 2.5)
 
@@ -78,7 +78,7 @@ class ServingSettings:
         one. 1 chooses one headroom for all times.
     """
 
-    violation_cost_pods: float = 90.0
+    violation_cost_pods: float = 88.0
     quantiles: tuple[str, ...] = ("p50", "p90")
     sources: tuple[str, ...] = SOURCES
     headrooms: tuple[float, ...] = DEFAULT_HEADROOMS
@@ -98,7 +98,7 @@ class ServingSettings:
             out.append(f"{path}.{key}: {msg}")
 
         if not _num(self.violation_cost_pods) or self.violation_cost_pods < 0:
-            bad("violation_cost_pods", f"{self.violation_cost_pods!r} must be a number >= 0 (e.g. 90)")
+            bad("violation_cost_pods", f"{self.violation_cost_pods!r} must be a number >= 0 (e.g. 88)")
         if not self.quantiles:
             bad("quantiles", "must list at least one quantile key such as p50")
         for i, q in enumerate(self.quantiles):
