@@ -92,6 +92,9 @@ class ForecastCache:
         self._pending: set[str] = set()
         self._lock = threading.Lock()
         self._idx_lock = threading.RLock()  # the index is read by requests while the refresher edits it
+        # One index refresh at a time: a request's first read waits for the refresher's first
+        # listing instead of starting its own, which saw a listing begun and skipped the reads.
+        self._refreshing = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -234,6 +237,10 @@ class ForecastCache:
         requests for the GIL) runs only when the series count moved or every 5 minutes;
         between them, expired series linger in the index harmlessly (lookups find no
         forecast and skip them)."""
+        with self._refreshing:
+            self._refresh_index(force)
+
+    def _refresh_index(self, force: bool) -> None:
         count = _series_count(self.store)
         if (
             not force
@@ -246,10 +253,7 @@ class ForecastCache:
             self._index_at = self.clock()
             return
         ids = _series_ids(self.store)
-        self._indexed_count = count
-        self._listed_at = self.clock()
-        now = self.clock()
-        self._ok(now)
+        self._ok(self.clock())
         unknown = [s for s in ids if s not in self._entries]
         for i in range(0, len(unknown), 1000):
             chunk = unknown[i : i + 1000]
@@ -257,6 +261,8 @@ class ForecastCache:
             now = self.clock()
             for sid in chunk:
                 self._store_entry(sid, got.get(sid), now)
+        # only a listing whose reads all finished lets the next refresh skip listing
+        self._indexed_count, self._listed_at = count, self.clock()
         alive = set(ids) | set(self.configured)
         with self._idx_lock:
             for ns in list(self._labels):
@@ -281,11 +287,14 @@ class ForecastCache:
 
     def ensure_index(self) -> None:
         if self._index_at is None:
-            try:
-                self.refresh_index()
-            except StoreError as exc:
-                self._failed(exc)
-                raise
+            with self._refreshing:  # the refresher's first listing may be under way: wait for it
+                if self._index_at is not None:
+                    return
+                try:
+                    self._refresh_index(False)
+                except StoreError as exc:
+                    self._failed(exc)
+                    raise
 
     def get(self, series_id: str) -> Forecast | None:
         """The cached forecast (None: the store has none). Raises StoreUnavailable when the

@@ -20,9 +20,9 @@ logging.getLogger("httpx").setLevel(logging.WARNING)
 @pytest.fixture(autouse=True)
 def _cli_logging_ends_with_the_test():
     """A test that runs ``foresight.cli.main`` leaves the CLI's root handler writing to that
-    test's captured stderr, which pytest then closes; a later test's warning through it fails
-    (here it made a corrupt-forecast warning lose the healthy workloads' listing). A real
-    process's stderr stays open, so the handler goes with the test that installed it."""
+    test's captured stderr, which pytest then closes: every later warning through it prints a
+    "Logging error" traceback instead. A real process's stderr stays open, so the handler goes
+    with the test that installed it."""
     root = logging.getLogger()
     before, level = list(root.handlers), root.level
     yield

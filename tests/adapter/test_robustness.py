@@ -52,3 +52,43 @@ def test_a_huge_selector_is_not_echoed_back_in_full():
         r = c.get(f"{EXT}/namespaces/shop/predicted_cpu_cores", params={"labelSelector": sel})
     assert r.status_code == 404
     assert len(r.json()["message"]) < 500
+
+
+class _SlowFirstRead(MemoryForecastStore):
+    """A store whose first batch read waits for ``release`` (a large fleet's first listing)."""
+
+    def __init__(self):
+        super().__init__()
+        import threading
+
+        self.reading, self.release = threading.Event(), threading.Event()
+
+    def latest_many(self, series_ids):
+        if not self.reading.is_set():
+            self.reading.set()
+            self.release.wait(10)
+        return super().latest_many(series_ids)
+
+
+def test_a_request_during_the_first_index_read_waits_for_it_instead_of_finding_nothing():
+    import threading
+
+    from adapter.state import ForecastCache
+
+    store = _SlowFirstRead()
+    store.publish(sample_forecast("shop", "web", now=time.time(), labels={"tier": "web"}))
+    cache = ForecastCache(store, CacheSettings(ttl_seconds=0.1))
+    cache.start()
+    try:
+        assert store.reading.wait(10)  # the refresher is inside its first listing's reads
+        seen = {}
+        req = threading.Thread(target=lambda: (cache.ensure_index(), seen.update(cache.workloads("shop"))))
+        req.start()
+        req.join(0.3)
+        assert req.is_alive()  # the request waits for that listing rather than skipping it
+        store.release.set()
+        req.join(10)
+        assert seen.get("web", {}).get("tier") == "web"
+    finally:
+        store.release.set()
+        cache.stop()
