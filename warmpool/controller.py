@@ -378,8 +378,6 @@ class Controller(Claims):
                 for q, v in zip(("p50", "p90", "p99"), vals):
                     self.metrics.of("model", rc, comp, q).set(v / 1000.0)
 
-    # --- claim / release -------------------------------------------------------------------
-
     # --- views -----------------------------------------------------------------------------
 
     def describe(self) -> dict:
