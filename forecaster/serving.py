@@ -36,7 +36,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from forecaster.servingpolicy import MAX_HOLD, POLICY_VERSION, SOURCES, ServingPolicy, _num
+from forecaster.servingpolicy import MAX_HOLD, POLICY_VERSION, SOURCES, ServingPolicy, _num, _whole
 from forecaster.servingscore import (cross_fitted_offsets, exposure, gap_edges, gap_state, held_floor, peak_gaps,
                                      violation_minutes, window_means)
 
@@ -122,7 +122,7 @@ class ServingSettings:
         if not self.holds:
             bad("holds", "must list at least one hold such as 1 (the last observed sample)")
         for i, k in enumerate(self.holds):
-            if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_HOLD:
+            if not _whole(k, 1, MAX_HOLD):
                 bad(f"holds[{i}]", f"{k!r} must be a whole number of samples in [1, {MAX_HOLD}]")
         if not _num(self.target_value) or not 0 < self.target_value <= 10:
             bad("target_value", f"{self.target_value!r} must be a number in (0, 10] (the HPA's target Value, e.g. 0.7)")
@@ -130,8 +130,7 @@ class ServingSettings:
             bad("slo_utilization", f"{self.slo_utilization!r} must be a number in (0, 10] (e.g. 0.9)")
         if not _num(self.model_margin) or not 0 <= self.model_margin < 1:
             bad("model_margin", f"{self.model_margin!r} must be a number in [0, 1) (e.g. 0.1)")
-        if not isinstance(self.peak_gap_states, int) or isinstance(self.peak_gap_states, bool) \
-                or not 1 <= self.peak_gap_states <= MAX_GAP_STATES:
+        if not _whole(self.peak_gap_states, 1, MAX_GAP_STATES):
             bad("peak_gap_states", f"{self.peak_gap_states!r} must be a whole number in [1, {MAX_GAP_STATES}] "
                 "(1: one headroom at all times)")
         if not _num(self.history_days) or self.history_days <= 0:

@@ -22,6 +22,10 @@ def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def _whole(v: Any, lo: int, hi: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
 @dataclass(frozen=True)
 class ServingPolicy:
     """What the adapter applies to one workload's forecast (see ``forecaster.serving``).
@@ -75,7 +79,7 @@ class ServingPolicy:
         m, fm = d.get("headroom"), d.get("fallback_headroom", 1.0)
         k, fk = d.get("hold", 1), d.get("fallback_hold", 1)
         if src not in SOURCES or not isinstance(q, str) or not _num(m) or not _num(fm) or m <= 0 or fm <= 0 \
-                or not _hold_ok(k) or not _hold_ok(fk):
+                or not _whole(k, 1, MAX_HOLD) or not _whole(fk, 1, MAX_HOLD):
             raise ValueError(f"invalid serving policy {dict(d)!r}")
         costs = d.get("costs") or {}
         return cls(src, q, float(m), float(fm), POLICY_VERSION, d.get("chosen_at"), str(d.get("reason", "")),
@@ -95,7 +99,3 @@ def _states(d: Mapping[str, Any]) -> tuple[tuple[float, ...], tuple[float, ...],
     if not ok:
         raise ValueError(f"invalid headroom states: gap_edges {edges!r}, headrooms {ms!r}, fallback_headrooms {fms!r}")
     return tuple(map(float, edges)), tuple(map(float, ms)), tuple(map(float, fms))
-
-
-def _hold_ok(k: Any) -> bool:
-    return isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= MAX_HOLD
