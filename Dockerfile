@@ -1,6 +1,13 @@
-# The one image for every part: `foresight train`, `foresight serve`, `foresight warmpool run`.
-# (No container engine runs on the development machines; build this where one does.)
-FROM python:3.11-slim
+# Two images from one file:
+#   --target app   foresight serve / operator / warmpool / up: no torch, no Prophet
+#   (default)      the trainer: app + the `models` extra (torch, Prophet) and Ray
+# BASE: any Debian-like image with python3 >= 3.11 and its venv module. `docker build .` uses
+# python:3.11-slim; tests/node/images.sh builds one from Debian packages (no registry there).
+ARG BASE=python:3.11-slim
+FROM ${BASE} AS app
+# pip's cache stays out of the image; tests/cluster/build_images.sh mounts one at PIP_CACHE_MOUNT.
+ARG PIP_CACHE_MOUNT=
+ENV PATH=/opt/foresight/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY foresight ./foresight
@@ -8,7 +15,27 @@ COPY forecaster ./forecaster
 COPY adapter ./adapter
 COPY warmpool ./warmpool
 COPY replay ./replay
-RUN pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu torch==2.13.0 \
- && pip install --no-cache-dir '.[ray]'
+COPY kubeoperator ./kubeoperator
+# A venv: Debian's python refuses system-wide pip installs (PEP 668). Not editable, so the
+# image runs the installed package; the check fails the build if a part is missing.
+RUN c="--no-cache-dir"; [ -z "$PIP_CACHE_MOUNT" ] || c="--cache-dir=$PIP_CACHE_MOUNT"; \
+    python3 -m venv /opt/foresight \
+ && pip install --disable-pip-version-check $c . \
+ && rm -rf /app/build \
+ && foresight --help >/dev/null \
+ && ! python3 -c "import torch" 2>/dev/null
 USER 65532:65532
 ENTRYPOINT ["foresight"]
+
+FROM app AS trainer
+USER 0
+ARG PIP_CACHE_MOUNT=
+# The CPU wheel of torch (the PyPI one is a CUDA build of about 3 GB); tests/cluster/build_images.sh points this at
+# PyPI where only the package registries are reachable.
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+RUN c="--no-cache-dir"; [ -z "$PIP_CACHE_MOUNT" ] || c="--cache-dir=$PIP_CACHE_MOUNT"; \
+    pip install --disable-pip-version-check $c --index-url "$TORCH_INDEX" torch==2.13.0 \
+ && pip install --disable-pip-version-check $c '.[models,ray]' \
+ && rm -rf /app/build \
+ && python3 -c "import torch, prophet"
+USER 65532:65532

@@ -48,7 +48,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip >/dev/null 2>&1 || true
-	$(PIP) install -q $(if $(wildcard /opt/wheels),--find-links /opt/wheels) -e '.[test,ray]'
+	$(PIP) install -q $(if $(wildcard /opt/wheels),--find-links /opt/wheels) -e '.[models,test,ray]'
 	touch $@
 
 bench: deps

@@ -10,6 +10,9 @@ imports at module level, so ``foresight --help`` stays fast):
     replay.cli            replay
     kubeoperator.cli      operator
     foresight.up          up
+
+A listed module that cannot be imported is an error at start-up that names it (never a silently
+missing sub-command).
 """
 
 from __future__ import annotations
@@ -45,15 +48,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-format", choices=FORMATS, default="text", help=LOG_FORMAT_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # that part is not built yet
-                continue
-            raise
-        mod.register(sub)
+        _command_module(name).register(sub)
     _add_log_format(sub)
     return parser
+
+
+class MissingCommandModule(ImportError):
+    """A part of foresight that registers sub-commands is not installed (an image that left a
+    package out): fail at start-up with its name, not later with "invalid choice"."""
+
+
+def _command_module(name: str):
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        package = name.partition(".")[0]
+        if exc.name in (name, package):
+            raise MissingCommandModule(
+                f"foresight: the sub-commands of {name!r} cannot be registered: module {exc.name!r} is not "
+                f"installed (an image or install that left out the {package}/ package? "
+                f"`pip install .` installs every part)") from exc
+        raise
 
 
 def _add_log_format(sub: argparse._SubParsersAction) -> None:
@@ -69,7 +84,11 @@ def _add_log_format(sub: argparse._SubParsersAction) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except MissingCommandModule as exc:
+        print(exc, file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     configure_logging(args.log_format, logging.DEBUG if args.verbose else logging.INFO)
     if not getattr(args, "func", None):
