@@ -219,7 +219,10 @@ def wait_adapter(port: int, n: int, proc, timeout: float = 600) -> None:
         try:
             r = httpx.get(f"https://127.0.0.1:{port}/readyz", verify=False, timeout=60,
                           headers={"Authorization": f"Bearer {TOKEN}"})
-            if r.status_code == 200 and r.json().get("forecasts", 0) >= n:
+            body = r.json() if r.status_code == 200 else {}
+            if body and "cached_forecasts" not in body:  # a renamed field must fail now, not after the timeout
+                raise RuntimeError(f"/readyz has no 'cached_forecasts' (keys: {sorted(body)}): update wait_adapter")
+            if body.get("cached_forecasts", 0) >= n:
                 return
         except httpx.HTTPError:
             pass
