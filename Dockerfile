@@ -5,8 +5,10 @@
 # python:3.11-slim; tests/node/images.sh builds one from Debian packages (no registry there).
 ARG BASE=python:3.11-slim
 FROM ${BASE} AS app
-# pip's cache stays out of the image; tests/cluster/build_images.sh mounts one at PIP_CACHE_MOUNT.
+# pip's cache stays out of the image; tests/cluster/build_images.sh mounts one at PIP_CACHE_MOUNT,
+# and the host's CA bundle at PIP_CA_MOUNT (where PyPI is reached through a TLS proxy).
 ARG PIP_CACHE_MOUNT=
+ARG PIP_CA_MOUNT=
 ENV PATH=/opt/foresight/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /app
 COPY pyproject.toml README.md ./
@@ -19,6 +21,7 @@ COPY kubeoperator ./kubeoperator
 # A venv: Debian's python refuses system-wide pip installs (PEP 668). Not editable, so the
 # image runs the installed package; the check fails the build if a part is missing.
 RUN c="--no-cache-dir"; [ -z "$PIP_CACHE_MOUNT" ] || c="--cache-dir=$PIP_CACHE_MOUNT"; \
+    [ -z "$PIP_CA_MOUNT" ] || export PIP_CERT="$PIP_CA_MOUNT"; \
     python3 -m venv /opt/foresight \
  && pip install --disable-pip-version-check $c . \
  && rm -rf /app/build \
@@ -30,10 +33,12 @@ ENTRYPOINT ["foresight"]
 FROM app AS trainer
 USER 0
 ARG PIP_CACHE_MOUNT=
+ARG PIP_CA_MOUNT=
 # The CPU wheel of torch (the PyPI one is a CUDA build of about 3 GB); tests/cluster/build_images.sh points this at
 # PyPI where only the package registries are reachable.
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 RUN c="--no-cache-dir"; [ -z "$PIP_CACHE_MOUNT" ] || c="--cache-dir=$PIP_CACHE_MOUNT"; \
+    [ -z "$PIP_CA_MOUNT" ] || export PIP_CERT="$PIP_CA_MOUNT"; \
     pip install --disable-pip-version-check $c --index-url "$TORCH_INDEX" torch==2.13.0 \
  && pip install --disable-pip-version-check $c '.[models,ray]' \
  && rm -rf /app/build \

@@ -5,7 +5,8 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-DEB_PACKAGES := prometheus redis-server crun runc busybox-static chromium wrk
+DEB_PACKAGES := prometheus redis-server crun runc busybox-static chromium wrk \
+  buildah mmdebstrap gcc libc6-dev containerd containernetworking-plugins iptables iproute2 util-linux
 PYTEST_ARGS ?=
 
 .PHONY: run test e2e operator deps venv debs bench clean
@@ -32,7 +33,8 @@ operator: deps
 deps: debs venv
 
 # Debian packages the real parts need (Prometheus, Redis, crun/runc, busybox for OCI bundles,
-# chromium for the dashboard test, wrk for the load benchmark). Installed only when missing
+# chromium for the dashboard test, wrk for the load benchmark; for the real node: buildah,
+# mmdebstrap and gcc build its images, containerd, the CNI plugins and iptables run it). Installed only when missing
 # and only as root; otherwise a note says what is missing.
 debs:
 	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
