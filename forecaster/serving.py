@@ -37,8 +37,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from forecaster.servingpolicy import MAX_HOLD, POLICY_VERSION, SOURCES, ServingPolicy, _num, _whole
-from forecaster.servingscore import (cross_fitted_offsets, exposure, gap_edges, gap_state, held_floor, peak_gaps,
-                                     violation_minutes, window_means)
+from forecaster.servingscore import (clairvoyant_cost, cross_fitted_offsets, exposure, gap_edges, gap_state, held_floor,
+                                     peak_gaps, violation_minutes, window_means)
 
 __all__ = ["MAX_HOLD", "POLICY_VERSION", "SOURCES", "ServingPolicy", "ServingSettings", "choose_policy", "policy_from_model",
            "DEFAULT_HEADROOMS", "DEFAULT_HOLDS"]
@@ -66,11 +66,15 @@ class ServingSettings:
     holds: the candidate holds k (samples, 1-12): the observed floor is the max of the last k
         observed samples. The default is the last sample only: over the replayed traces a
         longer hold cost more pod-minutes than the violation minutes it saved were worth.
-    model_margin: the model is served only when its cost is at least this fraction below the
-        best persistence candidate's. The model was selected on the same history among many
-        candidates, so its score is optimistic; and proportional headroom on the observed
+    model_margin: the model is served only when it saves at least this fraction of what a
+        forecast can save: persistence's cost above a clairvoyant HPA's at the same target
+        (:func:`servingscore.clairvoyant_cost`). The model was selected on the same history among
+        many candidates, so its score is optimistic; and proportional headroom on the observed
         value carries the rare steep rise a forecast's margin does not, which a week of history
-        may not hold. 0 serves whichever scores lower.
+        may not hold. Measured against the avoidable cost rather than the total, the bar scales
+        with what the forecast buys: a rare daily peak that a forecast sees coming is worth
+        little of the week's pod-minutes but most of what any forecast could save. 0 serves
+        whichever scores lower.
     peak_gap_states: how many states of the workload's recent past get their own headroom. The
         state is how far demand now sits below the peak of the last 12 samples
         (``servingscore.peak_gap``; an hour at 5-minute samples), split into ranges of equal
@@ -193,7 +197,7 @@ def _ms(m: tuple) -> str:
     return "/".join(f"{x:g}" for x in m)
 
 
-def _explain(best: Candidate, cands: list[Candidate], n: int, settings: ServingSettings, lift: float,
+def _explain(best: Candidate, cands: list[Candidate], n: int, settings: ServingSettings, bar: float | None,
              step_minutes: float) -> tuple[str, dict[str, float]]:
     """Why ``best`` was chosen (for people: REST and the dashboard), and each source's best cost."""
     src, q, _, m, cost, viol, pods = best
@@ -201,8 +205,9 @@ def _explain(best: Candidate, cands: list[Candidate], n: int, settings: ServingS
     reason = (f"over the last {n} intervals, {_label(best)} x{_ms(m)} cost {step_minutes * pods:.0f} pod-minutes + "
               f"{viol:.1f} SLO-violation minutes x {settings.violation_cost_pods:g} = {cost:.0f}, "
               f"the best of {len(cands)} candidates")
-    if lift != 1.0:
-        reason += f" (the model must cost {settings.model_margin:.0%} less than persistence)"
+    if bar is not None:
+        reason += (f" (the model must cost below {bar:.0f}: save {settings.model_margin:.0%} of persistence's cost "
+                   "above a clairvoyant HPA's)")
     if runner is not None:
         reason += f" (best other source: {_label(runner)} x{_ms(runner[3])} = {runner[4]:.0f})"
     costs: dict[str, float] = {}
@@ -259,12 +264,17 @@ def choose_policy(
     order = {c: i for i, c in enumerate(cands)}
     persist = [c for c in cands if c[0] == "persistence"]
     fb = min(persist, key=lambda c: (c[4], sum(c[3]), order[c])) if persist else None
-    # the model must beat persistence by the margin: its cost is compared divided by (1 - margin)
-    lift = 1.0 / (1.0 - float(settings.model_margin)) if fb is not None else 1.0
-    best = min(cands, key=lambda c: (c[4] * (lift if c[0] == "model" else 1.0), sum(c[3]), order[c]))
+    best = min(cands, key=lambda c: (c[4], sum(c[3]), order[c]))
+    bar = None
+    if fb is not None and best[0] == "model" and settings.model_margin > 0:
+        # the margin is a share of what a forecast can save at all, not of the total cost
+        ideal = clairvoyant_cost(path[ok], settings.target_value * capacity_per_pod, step_minutes)
+        bar = fb[4] - float(settings.model_margin) * max(fb[4] - ideal, 0.0)
+        if not best[4] < bar:
+            best = fb
     fb = fb or best
     src, q, k, m = best[:4]
-    reason, costs = _explain(best, cands, n, settings, lift, step_minutes)
+    reason, costs = _explain(best, cands, n, settings, bar, step_minutes)
     stated = len(edges) > 0
     return ServingPolicy(source=src, quantile=settings.quantiles[-1] if src == "persistence" else q, headroom=max(m),
                          fallback_headroom=max(fb[3]), chosen_at=chosen_at, reason=reason, costs=costs,

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-__all__ = ["OBSERVED_POINTS", "cross_fitted_offsets", "exposure", "gap_edges", "gap_state", "held_floor", "peak_gap", "peak_gaps",
+__all__ = ["OBSERVED_POINTS", "clairvoyant_cost", "cross_fitted_offsets", "exposure", "gap_edges", "gap_state", "held_floor", "peak_gap", "peak_gaps",
            "violation_minutes", "window_means"]
 
 
@@ -109,6 +109,15 @@ def violation_minutes(path: np.ndarray, limit: np.ndarray, step_minutes: float) 
         frac = np.where(d > 0, np.clip((hi - limit) / np.where(d > 0, d, 1.0), 0.0, 1.0), (u > limit).astype(float))
         out = out + half * frac
     return out
+
+
+def clairvoyant_cost(path: np.ndarray, unit: float, step_minutes: float) -> float:
+    """Pod-minutes of an HPA that knows each interval's peak demand (``path``, n x 3) and asks
+    for it at its target (``unit``: demand one pod carries at the target): no violation, no
+    spare pod. What no forecast can undercut at that target, so persistence's cost above it is
+    what a forecast could save."""
+    peak = np.nanmax(np.asarray(path, dtype="float64"), axis=1)
+    return float(step_minutes * np.maximum(np.ceil(peak / unit - 1e-9), 1.0).sum())
 
 
 # The trainer publishes at least this many observed samples with every forecast. The peak gap
