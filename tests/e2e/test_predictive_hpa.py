@@ -2,8 +2,10 @@
 
 Demand of shop/checkout follows a daily pattern: flat 0.6 cores, then every day at the same time
 a ramp of 0.6 cores per minute (up to 3 cores). Three days of it are backfilled into a real Prometheus; the
-ramp's next occurrence starts 45 s after the test begins. ``foresight train`` (the real CLI)
-reads the history and publishes a forecast into real Redis; ``foresight serve`` serves it
+ramp's next occurrence is anchored to the published forecast: ``foresight train`` (the real CLI)
+reads the history and publishes a forecast into real Redis, and the ramp must come at least a
+lead plus a few HPA syncs after that (a slow machine gets a fresh, later ramp, at most
+``ATTEMPTS`` times), so the test measures the product and not the machine's load; ``foresight serve`` serves it
 through the aggregator; manifests/hpa-example.yaml (applied as is) makes the real HPA scale
 Deployment shop/checkout on ``predicted_cpu_load_ratio`` (beside its CPU-utilization floor).
 
@@ -33,6 +35,9 @@ pytestmark = [pytest.mark.e2e]
 STEP = 60
 BASE, SLOPE_PER_MIN, PEAK = 0.6, 0.6, 3.0
 DAY = 86400
+RAMP_AFTER_S = 120  # the ramp is planned this long after the history ends...
+READY_BEFORE_S = 75 + 30  # ...and needs the forecast published a lead (75 s) + a few syncs ahead of it
+ATTEMPTS = 3
 
 
 def demand(t: float, ramp_tod: float) -> float:
@@ -58,11 +63,11 @@ def _deployment(name: str) -> dict:
                                                            "resources": {"requests": {"cpu": "500m"}}}]}}}}
 
 
-def test_the_real_hpa_scales_on_the_forecast_before_a_reactive_hpa(control_plane, foresight_adapter, metrics_server,
-                                                                  prometheus_factory, tmp_path):
-    cp = control_plane
+def _publish(prometheus_factory, redis_url: str, tmp_path) -> tuple[float, float]:
+    """Backfill three days with a daily ramp planned RAMP_AFTER_S ahead, run `foresight train
+    --once` on them; returns (ramp time, publish time)."""
     t_begin = time.time()
-    ramp_at = t_begin + 45
+    ramp_at = t_begin + RAMP_AFTER_S
     ramp_tod = ramp_at % DAY
     last = math.floor(t_begin / STEP) * STEP - STEP
     grid = [last - STEP * i for i in range(3 * DAY // STEP)][::-1]
@@ -72,7 +77,7 @@ def test_the_real_hpa_scales_on_the_forecast_before_a_reactive_hpa(control_plane
     cfg = {
         "apiVersion": "foresight/v1alpha1", "kind": "WorkloadConfig",
         "source": {"url": prom.url, "step_seconds": STEP, "history_days": 3},
-        "store": {"url": foresight_adapter.redis_url, "ttl_seconds": 3600},
+        "store": {"url": redis_url, "ttl_seconds": 3600},
         "training": {"horizon_steps": 12, "quantiles": [0.5, 0.9], "models": ["seasonal_naive"]},
         "workloads": [{"namespace": "shop", "name": "checkout",
                        "demand_query": 'foresight_e2e_cpu{namespace="shop",workload="checkout"}',
@@ -83,6 +88,27 @@ def test_the_real_hpa_scales_on_the_forecast_before_a_reactive_hpa(control_plane
     r = subprocess.run([sys.executable, "-m", "foresight", "train", "--config", str(cfg_path), "--once"],
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0 and "shop/checkout: published" in r.stdout, r.stdout + r.stderr
+    return ramp_at, time.time()
+
+
+def test_the_real_hpa_scales_on_the_forecast_before_a_reactive_hpa(control_plane, foresight_adapter, metrics_server,
+                                                                  prometheus_factory, tmp_path):
+    from forecaster.store import open_store
+
+    cp = control_plane
+    for attempt in range(1, ATTEMPTS + 1):
+        ramp_at, published_at = _publish(prometheus_factory, foresight_adapter.redis_url, tmp_path)
+        if published_at <= ramp_at - READY_BEFORE_S:
+            break
+        print(f"\nattempt {attempt}: the forecast was published {ramp_at - published_at:.0f} s before the ramp "
+              f"(< {READY_BEFORE_S} s): planning a later ramp")
+    else:
+        pytest.fail(f"`foresight train --once` took more than {RAMP_AFTER_S - READY_BEFORE_S} s in {ATTEMPTS} attempts")
+    ramp_tod = ramp_at % DAY
+    # The chooser serves the forecast that saw the ramp coming, not persistence (a margin on the
+    # total cost, which the flat hours dominate, threw it away).
+    fc = open_store(foresight_adapter.redis_url).latest("shop/checkout")
+    assert fc is not None and fc.policy and fc.policy["source"] == "model", fc and fc.policy
 
     # Both workloads see the same demand; the example HPA's CPU metric (its reactive floor) reads it too.
     for name in ("checkout", "checkout-reactive"):
