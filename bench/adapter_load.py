@@ -10,8 +10,9 @@ workload. Two measurements per target and size:
 
     .venv/bin/python bench/adapter_load.py            # all sizes, 3 runs each (about 12 minutes)
     .venv/bin/python bench/adapter_load.py --sizes 1000 --seconds 5   # quick look
+    .venv/bin/python bench/adapter_load.py --quick    # smoke run: 200 workloads, 1 s runs, temp folder
 
-Saves bench/results/adapter_load.json, .csv and .png.
+Saves bench/results/adapter_load.json, .csv and .png (--quick: a temporary folder or --out).
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ from urllib.parse import quote
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import add_quick_args, results_dir  # noqa: E402
 from tests import stack  # noqa: E402
 
-RESULTS = ROOT / "bench" / "results"
 NS = "bench"
 TOKEN = "bench-token"
 PODS_PER_WORKLOAD = 2
@@ -237,7 +238,10 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=1, help="uvicorn workers of foresight serve (1: wrk needs the other core)")
     ap.add_argument("--skip-prometheus", action="store_true")
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; the median run is reported")
+    add_quick_args(ap, "200 workloads, 1 s per wrk run, 1 repeat")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.sizes, args.seconds, args.repeat = "200", 1.0, 1
     sizes = [int(s) for s in args.sizes.split(",")]
     for b in ("wrk", "redis-server", "prometheus", "promtool"):
         if not stack.have(b):
@@ -245,7 +249,7 @@ def main(argv=None) -> int:
             return 2
     from forecaster.store import RedisForecastStore
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = results_dir(args)
     workdir = Path(tempfile.mkdtemp(prefix="foresight-bench-adapter-"))
     (workdir / "redis").mkdir()
     redis = stack.start_redis(workdir / "redis")
@@ -275,7 +279,7 @@ def main(argv=None) -> int:
                 rows.append(measure(
                     "foresight", f"https://127.0.0.1:{port}", n,
                     f"{EXT}/namespaces/{NS}/predicted_cpu_load_ratio?labelSelector=workload%3Dw", "",
-                    f"Bearer {TOKEN}", args.seconds, workdir, repeat=args.repeat))
+                    f"Bearer {TOKEN}", args.seconds, workdir, warm_seconds=1 if args.quick else None, repeat=args.repeat))
             finally:
                 proc.terminate()
                 proc.wait(20)
@@ -292,7 +296,7 @@ def main(argv=None) -> int:
                     assert probe["status"] == "success" and probe["data"]["result"], f"PromQL found no data: {probe}"
                     rows.append(measure(
                         "prometheus", prom.url, n, "/api/v1/query?query=" + quote(q, safe=""),
-                        quote(q_end, safe=""), "", args.seconds, workdir, warm_seconds=3, repeat=args.repeat))
+                        quote(q_end, safe=""), "", args.seconds, workdir, warm_seconds=1 if args.quick else 3, repeat=args.repeat))
                     rows[-1]["series"] = n * PODS_PER_WORKLOAD
                 finally:
                     prom.stop()
@@ -309,21 +313,21 @@ def main(argv=None) -> int:
         "seconds": args.seconds,
         "repeat": f"{args.repeat} runs of each measurement, median reported (all in runs_*)",
     }
-    (RESULTS / "adapter_load.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    with open(RESULTS / "adapter_load.csv", "w", newline="") as f:
+    (out / "adapter_load.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    with open(out / "adapter_load.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=sorted({k for r in rows for k in r}))
         w.writeheader()
         w.writerows(rows)
-    plot(rows)
+    plot(rows, out / "adapter_load.png")
     print("\n  target      workloads   req/s   p50 ms   p99 ms | paced req/s  p50 ms  p99 ms")
     for r in rows:
         print(f"  {r['target']:10s} {r['workloads']:>9} {r['throughput_rps']:>7.0f} {r['throughput_p50_ms']:>8.2f} "
               f"{r['throughput_p99_ms']:>8.2f} | {r['paced_rps']:>11.0f} {r['paced_p50_ms']:>7.2f} {r['paced_p99_ms']:>7.2f}")
-    print(f"saved {RESULTS / 'adapter_load.json'}, .csv, .png")
+    print(f"saved {out / 'adapter_load.json'}, .csv, .png")
     return 0
 
 
-def plot(rows: list[dict]) -> None:
+def plot(rows: list[dict], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -345,7 +349,7 @@ def plot(rows: list[dict]) -> None:
         ax.legend()
     fig.suptitle("HPA metric request: foresight serve (HTTPS, Redis) vs a PromQL query per request")
     fig.tight_layout()
-    fig.savefig(RESULTS / "adapter_load.png", dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 

@@ -18,6 +18,7 @@ restarted trainer publishes fitted forecasts from its first refresh.
 
     .venv/bin/python -m bench.chaos                   # ~6 min; results in bench/results/chaos.json
     .venv/bin/python -m bench.chaos --faults trainer  # one fault: replaces only its row there
+    .venv/bin/python -m bench.chaos --quick           # smoke run: 3 workloads, the trainer fault, temp folder
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import RESULTS, ROOT, save_json
+from bench.common import ROOT, add_quick_args, results_dir, save_json
 from tests import stack
 
 REQUEST, PODS = 0.5, 4  # static capacity of every workload
@@ -215,9 +216,9 @@ def wait_until(ok, timeout: float) -> float | None:
 # --- the run -------------------------------------------------------------------------------
 
 def run_phase(name: str, parts: dict, victims: list[str], hold: float, replicas: list[str], probe: Probe,
-              floor: dict[str, float], workloads: list[str], refresh: float, work: Path) -> dict:
-    lead = 5
-    wrks = [start_wrk(u, workloads, int(lead + hold + refresh * 3 + 10), work) for u in replicas]
+              floor: dict[str, float], workloads: list[str], refresh: float, work: Path, quick: bool = False) -> dict:
+    lead, slack = (1, refresh * 2 + 2) if quick else (5, refresh * 3 + 10)
+    wrks = [start_wrk(u, workloads, int(lead + hold + slack), work) for u in replicas]
     time.sleep(lead)
     t_kill = time.time()
     for v in victims:
@@ -262,7 +263,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--refresh", type=float, default=15.0, help="trainer refresh interval (s)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--faults", default=",".join(FAULTS), help=f"comma-separated subset of {', '.join(FAULTS)}")
+    add_quick_args(ap, "3 workloads, refresh 3 s, the trainer killed for 2 s; --faults still chooses")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.workloads, args.hold, args.refresh = 3, 2.0, 3.0
+        if args.faults == ",".join(FAULTS):
+            args.faults = "trainer"
+    unknown = [f for f in args.faults.split(",") if f not in FAULTS]
+    if unknown:
+        ap.error(f"--faults: unknown {', '.join(unknown)}; known: {', '.join(FAULTS)}")
+    out = results_dir(args)
     for b in ("wrk", "redis-server", "prometheus", "promtool"):
         if not shutil.which(b):
             raise SystemExit(f"{b} is not installed; run `make deps`")
@@ -306,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.faults.split(","):
             victims = FAULTS[name]
             results.append(run_phase(name, parts, victims, args.hold, replicas, probe, floor, workloads,
-                                     args.refresh, work))
+                                     args.refresh, work, quick=args.quick))
     finally:
         probe.stop_event.set()
         for p in parts.values():
@@ -316,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     setup = {"workloads": len(workloads), "replicas": 2, "hold_seconds": args.hold,
              "refresh_interval_seconds": args.refresh, "load": "wrk -t1 -c4, 20 ms pause per request, per replica",
              "cache_max_stale_seconds": 30, "observed_direct_ttl_seconds": 15}
-    path = save_json("chaos", {"setup": setup, "faults": merge_faults(RESULTS / "chaos.json", setup, results)})
+    path = save_json("chaos", {"setup": setup, "faults": merge_faults(out / "chaos.json", setup, results)}, out)
     log(f"saved {path}")
     return 0
 

@@ -2,6 +2,7 @@
 would 100,000 workloads need?
 
     .venv/bin/python bench/fleet_scale.py [--fits 80] [--rounds 12] [--workloads 10000] [--tag NAME]
+    .venv/bin/python bench/fleet_scale.py --quick   # smoke run: 4 fits of 3 days, 1 round, temp folder
 
 Workloads are resampled from the real Azure VM CPU traces (``$FORESIGHT_DATA_DIR/cpu``, as in
 bench/trainer_freshness.py): a random base trace, time offset and amplitude scale, 14 days of
@@ -44,7 +45,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import RESULTS, save_json  # noqa: E402
+from bench.common import add_quick_args, results_dir, save_json  # noqa: E402
 from bench.trainer_freshness import load_bases, rss_bytes  # noqa: E402
 from forecaster.engines.local import LocalEngine  # noqa: E402
 from forecaster.store import MemoryForecastStore  # noqa: E402
@@ -54,15 +55,15 @@ STEP = 300.0
 HISTORY_POINTS = 14 * 288
 
 
-def workloads(bases: list[np.ndarray], n: int, seed: int, now: float) -> list[tuple]:
+def workloads(bases: list[np.ndarray], n: int, seed: int, now: float, points: int = HISTORY_POINTS) -> list[tuple]:
     """Fit items (series_id, ts, values, now, cpu_request_cores) resampled from the real traces."""
     rng = np.random.default_rng(seed)
-    ts = now - STEP * np.arange(HISTORY_POINTS)[::-1]
+    ts = now - STEP * np.arange(points)[::-1]
     out = []
     for i in range(n):
         b = bases[rng.integers(len(bases))]
-        start = int(rng.integers(0, len(b) - HISTORY_POINTS))
-        vals = b[start : start + HISTORY_POINTS] * float(np.exp(rng.normal(0.0, 0.5)))
+        start = int(rng.integers(0, len(b) - points))
+        vals = b[start : start + points] * float(np.exp(rng.normal(0.0, 0.5)))
         out.append((f"bench/w{i}", ts, vals, now, 1.0))
     return out
 
@@ -124,7 +125,14 @@ def paired(engines: dict, trainer: Trainer, items: list, rounds: int) -> tuple[l
     return rows, ratios, got
 
 
-def engines_bench(trainer: Trainer, items: list, rounds: int) -> tuple[list[dict], dict, list]:
+PAIRINGS = (
+    ("ray, 1 worker", 1, {}, "local, 1 process", 1),
+    ("ray, 2 workers", 2, {}, "local pool, 2 processes", 2),
+    ("ray, 1 worker, Ray's defaults", 1, {"worker_niceness": None, "dashboard": True}, "local, 1 process", 1),
+)
+
+
+def engines_bench(trainer: Trainer, items: list, rounds: int, pairings=PAIRINGS) -> tuple[list[dict], dict, list]:
     """Three paired runs: 1 process (local in this process vs a Ray worker), 2 processes (a
     local pool vs 2 Ray workers), and Ray's own default settings vs local, 1 process."""
     from forecaster.engines.ray_engine import RayEngine
@@ -132,11 +140,7 @@ def engines_bench(trainer: Trainer, items: list, rounds: int) -> tuple[list[dict
     rows: list[dict] = []
     ratios: dict[str, float] = {}
     seen: set[str] = set()
-    for label, cpus, kwargs, local_label, jobs in (
-        ("ray, 1 worker", 1, {}, "local, 1 process", 1),
-        ("ray, 2 workers", 2, {}, "local pool, 2 processes", 2),
-        ("ray, 1 worker, Ray's defaults", 1, {"worker_niceness": None, "dashboard": True}, "local, 1 process", 1),
-    ):
+    for label, cpus, kwargs, local_label, jobs in pairings:
         print(f"fits, {label} vs {local_label}, paired:", flush=True)
         engine, local = RayEngine(num_cpus=cpus, **kwargs), LocalEngine(jobs)
         try:
@@ -215,7 +219,7 @@ def projection(rows: list[dict], refresh: dict, redis: dict | None, fits_per_day
     return out
 
 
-def write_markdown(payload: dict) -> Path:
+def write_markdown(payload: dict, out: Path) -> Path:
     lines = ["| engine | workers | fits/s (median of rounds) | fits/s per worker | s per fit (in the worker) | CPU s per fit | "
              "page faults per fit | workers' time outside fits |", "|---|---|---|---|---|---|---|---|"]
     for r in payload["engines"]:
@@ -223,10 +227,11 @@ def write_markdown(payload: dict) -> Path:
                      f"{r['fits_per_second_per_worker']:.2f} | {r['seconds_per_fit']:.3f} | {r['cpu_seconds_per_fit']:.3f} | "
                      f"{r['page_faults_per_fit']:.0f} | {100 * r['engine_overhead']:.1f}% |")
     s = payload["summary"]
+    defaults = s["ray_defaults_overhead_vs_local_1"]
     lines += ["", f"- Ray 2 workers vs 1: {s['ray_speedup_2_vs_1']:.2f}x",
               f"- Ray overhead vs local, same processes (median of paired rounds): 1 process {100 * s['ray_overhead_vs_local_1']:+.1f}%, "
               f"2 processes {100 * s['ray_overhead_vs_local_2']:+.1f}% (warm processes on both sides); "
-              f"Ray's default settings vs local, 1 process: {100 * s['ray_defaults_overhead_vs_local_1']:+.1f}%",
+              "Ray's default settings vs local, 1 process: " + ("not run" if defaults is None else f"{100 * defaults:+.1f}%"),
               "- quartiles of the per-round time ratios: " + "; ".join(
                   f"{k} {q[0]:.2f}-{q[1]:.2f}" for k, q in s["paired_ratio_quartiles"].items() if k.startswith("ray")),
               f"- load average before/after (the machine is shared): {s['load_average_before_after']}",
@@ -240,7 +245,7 @@ def write_markdown(payload: dict) -> Path:
         red = f"{p['redis_seconds_per_refresh_round']:.1f}" if p["redis_seconds_per_refresh_round"] is not None else "-"
         lines.append(f"| {p['workloads']:,} | {p['ray_workers']} | {p['daily_refit_minutes']:.1f} | "
                      f"{p['refresh_seconds_one_trainer']:.0f} | {red} | {p['prometheus_queries_per_second_at_60s']:.0f} |")
-    path = RESULTS / f"{payload['name']}.md"
+    path = out / f"{payload['name']}.md"
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -252,19 +257,25 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--rounds", type=int, default=12, help="paired rounds per comparison; medians count (default 12)")
     ap.add_argument("--tag", default="", help="write fleet_scale.TAG.{json,md} instead of fleet_scale.{json,md}")
+    add_quick_args(ap, "4 fits of 3 days of history, 1 round, 200 refreshes, 200 Redis publishes")
     args = ap.parse_args()
+    points = HISTORY_POINTS
+    if args.quick:
+        args.fits, args.rounds, args.workloads, points = 4, 1, 200, 3 * 288
+    out = results_dir(args)
     if args.tag and not args.tag.replace("-", "").replace("_", "").isalnum():
         ap.error(f"--tag {args.tag!r}: letters, digits, - and _ only (it becomes part of a file name)")
     name = f"fleet_scale.{args.tag}" if args.tag else "fleet_scale"
     t_all = time.perf_counter()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    bases = load_bases()
+    bases = load_bases(args.quick)
     now = float(np.floor(time.time() / STEP) * STEP)
-    items = workloads(bases, args.fits, args.seed, now)
+    items = workloads(bases, args.fits, args.seed, now, points)
     trainer = Trainer(None, models=("auto",), horizon=12, quantiles=(0.5, 0.9), step_seconds=STEP)
-    print(f"{len(bases)} base traces; {args.fits} resampled workloads of {HISTORY_POINTS} points", flush=True)
+    print(f"{len(bases)} base traces; {args.fits} resampled workloads of {points} points", flush=True)
     load0 = os.getloadavg()
-    rows, ratios, states = engines_bench(trainer, items, args.rounds)
+    # quick: not the third pairing (Ray's dashboard alone takes a loaded machine ~15 s to start)
+    rows, ratios, states = engines_bench(trainer, items, args.rounds, PAIRINGS[:2] if args.quick else PAIRINGS)
     by = {r["engine"]: r for r in rows}
     r1, r2 = by["ray, 1 worker"], by["ray, 2 workers"]
     print(f"refresh of {args.workloads} workloads (one trainer process):", flush=True)
@@ -272,20 +283,22 @@ def main() -> None:
     sample = Trainer(MemoryForecastStore(), models=("auto",))
     sample.adopt(pickle.loads(pickle.dumps(states[0])))
     fc_sample = sample.refresh(states[0].series_id, items[0][1], items[0][2], now=now + STEP)
-    redis = redis_bench(fc_sample)
+    redis = redis_bench(fc_sample, 200 if args.quick else 3000)
     summary = {
         "ray_speedup_2_vs_1": r2["fits_per_second"] / r1["fits_per_second"],
         "ray_overhead_vs_local_1": ratios["ray, 1 worker / local, 1 process"] - 1,
         "ray_overhead_vs_local_2": ratios["ray, 2 workers / local pool, 2 processes"] - 1,
-        "ray_defaults_overhead_vs_local_1": ratios["ray, 1 worker, Ray's defaults / local, 1 process"] - 1,
+        "ray_defaults_overhead_vs_local_1": (ratios["ray, 1 worker, Ray's defaults / local, 1 process"] - 1
+                                             if "ray, 1 worker, Ray's defaults / local, 1 process" in ratios else None),
         "paired_ratio_quartiles": {k.removesuffix(", quartiles"): v for k, v in ratios.items() if k.endswith("quartiles")},
         "load_average_before_after": [load0, os.getloadavg()],
         "state_pickle_bytes": float(np.mean([len(pickle.dumps(s)) for s in states[:20]])),
     }
-    payload = {"name": name, "settings": vars(args), "engines": rows, "summary": summary, "refresh": refresh, "redis": redis,
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    payload = {"name": name, "settings": settings, "engines": rows, "summary": summary, "refresh": refresh, "redis": redis,
                "projection": projection(rows, refresh, redis), "total_seconds": time.perf_counter() - t_all}
-    print(f"wrote {save_json(name, payload)} and {write_markdown(payload)}")
-    print(RESULTS.joinpath(f"{name}.md").read_text())
+    print(f"wrote {save_json(name, payload, out)} and {write_markdown(payload, out)}")
+    print(out.joinpath(f"{name}.md").read_text())
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ cost of refreshing 1,000 series' forecasts from new data.
     .venv/bin/python bench/forecast_accuracy.py --series 30     # a fixed random subset while iterating
     .venv/bin/python bench/forecast_accuracy.py --targets-only  # only auto and persistence: all
                                                                 # the targets need, ~1/3 of the time
+    .venv/bin/python bench/forecast_accuracy.py --quick         # smoke run: 2 bundled series, 2 origins
 
 Writes bench/results/forecast_accuracy.{json,csv}, forecast_accuracy_summary.csv,
 forecast_accuracy_h1_ratio.csv (per series: auto's 5-minute MAE over persistence's) and
@@ -28,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from bench.common import RESULTS, data_dir, save_json  # noqa: E402
+from bench.common import add_quick_args, cpu_files, results_dir, save_json  # noqa: E402
 
 ALL_MODELS = "auto,persistence,seasonal_naive,moving_average,ets,ar,ar_log,prophet,lstm"
 TARGET_MODELS = "auto,persistence"
@@ -46,12 +47,10 @@ TARGETS = {
 }
 
 
-def load_all(n: int | None, seed: int = 0) -> pd.DataFrame:
+def load_all(n: int | None, seed: int = 0, quick: bool = False) -> pd.DataFrame:
     from forecaster.sources.csv import read_long_csv
 
-    files = sorted((data_dir() / "cpu").glob("*.csv.gz"))
-    if not files:
-        raise SystemExit(f"no cpu/*.csv.gz under {data_dir()}")
+    files = cpu_files(quick)
     df = pd.concat([read_long_csv(f) for f in files], ignore_index=True)
     ids = sorted(df["series_id"].unique())
     if n is not None and n < len(ids):
@@ -172,9 +171,13 @@ def main(argv=None) -> int:
     ap.add_argument("--refresh-series", type=int, default=1000)
     ap.add_argument("--no-refresh", action="store_true")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes for the per-series backtests (default 2 = the 2 cores)")
+    add_quick_args(ap, "auto and persistence on 2 bundled series, 2 origins, 3 days of training, 20 refreshes")
     args = ap.parse_args(argv)
-    if args.targets_only:
+    if args.targets_only or args.quick:
         args.models = TARGET_MODELS
+    if args.quick:
+        args.series, args.refresh_series, args.jobs = 2, 20, 1
+    out = results_dir(args)
     if "lstm" in args.models:
         import torch
 
@@ -184,30 +187,30 @@ def main(argv=None) -> int:
     from forecaster.selection import DEFAULT_CANDIDATES, SelectionSettings
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]
-    frame = load_all(args.series)
+    frame = load_all(args.series, quick=args.quick)
     n_series = frame["series_id"].nunique()
     # the global LSTM runs as its own model; as an auto candidate it did not help on a
     # 30-series trial (noise-level change), so auto uses the cheap statistical candidates
     cands = DEFAULT_CANDIDATES
-    settings = BacktestSettings(selection=SelectionSettings(candidates=cands))
-    print(f"{n_series} series from {data_dir() / 'cpu'}; models: {', '.join(models)}; auto candidates: {', '.join(cands)}")
+    quick = {"eval_days": 1.0, "train_days": 3.0} if args.quick else {}
+    settings = BacktestSettings(selection=SelectionSettings(candidates=cands), **quick)
+    print(f"{n_series} series from {', '.join(str(f) for f in cpu_files(args.quick))}; models: {', '.join(models)}; auto candidates: {', '.join(cands)}")
     t0 = time.perf_counter()
     run = run_backtest(frame, models, settings, progress=True, lstm_params={"epochs": args.lstm_epochs}, jobs=args.jobs)
     wall = time.perf_counter() - t0
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     peak_worker_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0  # largest worker
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    run.rows[RESULT_COLUMNS].to_csv(RESULTS / f"{args.name}.csv", index=False)
+    run.rows[RESULT_COLUMNS].to_csv(out / f"{args.name}.csv", index=False)
     summary = run.summary.copy()
     for m, t in run.timings.items():
         if m in summary.index:
             summary.loc[m, "fit_predict_seconds_per_series"] = t["seconds_per_series"]
-    summary.to_csv(RESULTS / f"{args.name}_summary.csv")
+    summary.to_csv(out / f"{args.name}_summary.csv")
     ratios = h1_ratios(run.rows) if {"auto", "persistence"} <= set(models) else None
     if ratios is not None:
-        ratios.to_csv(RESULTS / f"{args.name}_h1_ratio.csv")
-    plot(summary, run.rows, RESULTS / f"{args.name}.png", ratios)
+        ratios.to_csv(out / f"{args.name}_h1_ratio.csv")
+    plot(summary, run.rows, out / f"{args.name}.png", ratios)
     print()
     print(format_summary(summary))
     print()
@@ -217,7 +220,7 @@ def main(argv=None) -> int:
 
     refresh = None
     if not args.no_refresh:
-        refresh = refresh_benchmark(frame, args.refresh_series)
+        refresh = refresh_benchmark(frame, args.refresh_series, fit_series=2 if args.quick else 40)
         print(f"\nrefresh of {refresh['series']} series: {refresh['refresh_round_seconds']:.2f} s "
               f"({refresh['refresh_ms_per_series']:.2f} ms/series); fit {refresh['fit_seconds_per_series']:.2f} s/series")
 
@@ -258,6 +261,8 @@ def main(argv=None) -> int:
     if refresh:
         checks["refresh_1000_under_5_s"] = refresh["refresh_round_seconds"] <= TARGETS["refresh_1000_seconds_max"]
     print(f"\nwall time {wall / 60:.1f} min, peak memory {peak_mb:.0f} MB (main), {peak_worker_mb:.0f} MB (largest worker)")
+    if args.quick:
+        print("  (quick mode: 2 series and 2 origins; the targets are the full run's, not judged here)")
     for k, v in checks.items():
         print(f"  {'PASS' if v else 'FAIL'}  {k}")
     try:
@@ -271,11 +276,12 @@ def main(argv=None) -> int:
         {
             "command": "python bench/forecast_accuracy.py"
             + (" --targets-only" if args.targets_only else (f" --models {args.models}" if args.models != ALL_MODELS else ""))
-            + (f" --series {args.series}" if args.series else ""),
+            + (f" --series {args.series}" if args.series and not args.quick else "") + (" --quick" if args.quick else ""),
             "series": int(n_series),
             "models": models,
             "auto_candidates": list(cands),
-            "protocol": "last 7 days, origins every 12 h, <= 14 days training per origin, h = 1..12 (5-60 min)",
+            "protocol": f"last {settings.eval_days:g} days, origins every {settings.origin_every_hours:g} h, "
+            f"<= {settings.train_days:g} days training per origin, h = 1..12 (5-60 min)",
             "summary": json.loads(summary.to_json(orient="index")),
             "timings": run.timings,
             "lstm_training": run.lstm_report,
@@ -288,8 +294,9 @@ def main(argv=None) -> int:
             "targets": {k: list(v) if isinstance(v, tuple) else v for k, v in TARGETS.items()},
             "checks": checks,
         },
+        out,
     )
-    print(f"saved bench/results/{args.name}.json, .csv, _summary.csv, _h1_ratio.csv, .png")
+    print(f"saved {out / args.name}.json, .csv, _summary.csv, _h1_ratio.csv, .png")
     return 0
 
 

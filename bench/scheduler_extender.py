@@ -17,8 +17,10 @@ when wrk is installed. Also reported: filter over 5,000 names, prioritize for a 
 mode (whole v1.Node objects, ~9 MB).
 
     .venv/bin/python bench/scheduler_extender.py [--nodes 5000] [--seconds 25]
+    .venv/bin/python bench/scheduler_extender.py --quick   # smoke run: 100 nodes, 1 s runs, temp folder
 
-Saves bench/results/scheduler_extender.json and bench/results/scheduler_extender.png.
+Saves bench/results/scheduler_extender.json and bench/results/scheduler_extender.png
+(--quick: a temporary folder or --out).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-RESULTS = ROOT / "bench" / "results"
+from bench.common import add_quick_args, results_dir  # noqa: E402
 
 # module level: FastAPI resolves the handler's (string) annotations in these globals
 from fastapi import Request  # noqa: E402
@@ -248,14 +250,19 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=25.0, help="how long to call ours sequentially (covers background rebuilds)")
     ap.add_argument("--naive-requests", type=int, default=40)
     ap.add_argument("--wrk-seconds", type=int, default=8)
+    add_quick_args(ap, "100 nodes, 1 s of sequential calls, 5 naive calls, 1 s of wrk")
     args = ap.parse_args()
+    n_big, n_full = 200, 20
+    if args.quick:
+        args.nodes, args.seconds, args.naive_requests, args.wrk_seconds = 100, 1.0, 5, 1
+        n_big, n_full = 10, 5
 
     import httpx
     import numpy as np
 
     from tests import stack
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = results_dir(args)
     redis = stack.start_redis()
     server = None
     try:
@@ -286,7 +293,7 @@ def main() -> int:
             assert len(doc["nodenames"]) + len(doc["failedNodes"]) == len(names)
 
         results: dict = {"loadavg_1m_at_start": os.getloadavg()[0], "nodes": args.nodes, "server": "uvicorn 1 worker, uvloop+httptools, loopback, keep-alive",
-                         "store": "Redis (real), 5,000 node CPU + 5,000 node memory forecasts", "cpu_count": os.cpu_count(),
+                         "store": f"Redis (real), {args.nodes:,} node CPU + {args.nodes:,} node memory forecasts", "cpu_count": os.cpu_count(),
                          "pod_memory_request": "512Mi (12Gi for ours_prioritize_nodenames_12Gi_pod)"}
         with httpx.Client(timeout=60) as client:
             ours = measure(client, f"{base}/scheduler/prioritize", names_body, 0, 20, check_prioritize, seconds=args.seconds)
@@ -298,9 +305,9 @@ def main() -> int:
                 a = client.post(f"{base}/scheduler/prioritize", content=body).json()
                 b = client.post(f"{base}/naive/prioritize", content=body).json()
                 diffs += [abs(x["score"] - y["score"]) for x, y in zip(a, b)]
-            big = measure(client, f"{base}/scheduler/prioritize", big_body, 200, 5, check_prioritize)
+            big = measure(client, f"{base}/scheduler/prioritize", big_body, n_big, 5, check_prioritize)
             flt = measure(client, f"{base}/scheduler/filter", names_body, 0, 5, check_filter, seconds=args.seconds / 2)
-            full = measure(client, f"{base}/scheduler/prioritize", full_body, 20, 2, check_prioritize)
+            full = measure(client, f"{base}/scheduler/prioritize", full_body, n_full, 2, check_prioritize)
         results["ours_prioritize_nodenames"] = ours
         results["naive_prioritize_nodenames"] = naive
         results["score_agreement_ours_vs_naive"] = {"identical": sum(d == 0 for d in diffs), "nodes": len(diffs), "max_abs_diff": max(diffs)}
@@ -325,7 +332,7 @@ def main() -> int:
     for k in keys:
         results[k].pop("_server_ms")
     lat = {k: results[k].pop("_latencies_ms") for k in keys}
-    (RESULTS / "scheduler_extender.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / "scheduler_extender.json").write_text(json.dumps(results, indent=2) + "\n")
 
     import matplotlib
 
@@ -356,7 +363,7 @@ def main() -> int:
     ax2.set_title("ours, prioritize: spikes = background re-score (2 s) / store re-read (10 s) or other load")
     ax2.title.set_fontsize(8)
     fig.tight_layout()
-    fig.savefig(RESULTS / "scheduler_extender.png", dpi=120)
+    fig.savefig(out / "scheduler_extender.png", dpi=120)
 
     def line(name, r):
         return (f"{name:32s} p50 {r['p50_ms']:8.2f} ms  p99 {r['p99_ms']:8.2f} ms  {r['req_per_s_sequential']:7.1f} req/s (1 conn)"
@@ -373,7 +380,7 @@ def main() -> int:
             print(f"{k:38s} {w['req_per_s']} req/s, p50 {w['p50_ms']} ms, p99 {w['p99_ms']} ms ({w['connections']} conns, non-2xx {w['non_2xx']})")
     print(f"machine load average (1 min) {results['loadavg_1m_at_start']:.1f} -> {results['loadavg_1m_at_end']:.1f} on {os.cpu_count()} cores (shared)")
     print(f"scores ours vs naive (same rule, snapshot vs per-request): {results['score_agreement_ours_vs_naive']}")
-    print(f"saved {RESULTS / 'scheduler_extender.json'} and .png")
+    print(f"saved {out / 'scheduler_extender.json'} and .png")
     return 0
 
 

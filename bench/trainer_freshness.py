@@ -1,6 +1,7 @@
 """Does the trainer keep forecasts fresh for 10,000 workloads while a full retrain runs?
 
     .venv/bin/python bench/trainer_freshness.py [--workloads 10000] [--run-seconds 240] [--old-seconds 150]
+    .venv/bin/python bench/trainer_freshness.py --quick   # smoke run: 40 workloads, seconds, temp folder
 
 Workloads: each is one of the 100 real Azure VM CPU traces (``$FORESIGHT_DATA_DIR/cpu``), at a
 random time offset and a random amplitude scale, on the real 300 s grid mapped onto the wall
@@ -39,7 +40,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import RESULTS, data_dir, save_json  # noqa: E402
+from bench.common import QUICK_CPU, add_quick_args, data_dir, results_dir, save_json  # noqa: E402
 from forecaster.config import parse_config  # noqa: E402
 from forecaster.schedule import ThreadFits, TrainScheduler, train_once, trainer_from_config  # noqa: E402
 
@@ -95,11 +96,12 @@ class RecordingStore:
         return getattr(self.store, name)
 
 
-def load_bases() -> list[np.ndarray]:
+def load_bases(quick: bool = False) -> list[np.ndarray]:
+    """The real traces workloads are resampled from: the Azure VM CPU traces (quick: the bundled slice)."""
     from forecaster.frames import regularize, series_arrays
     from forecaster.sources.csv import read_long_csv
 
-    frame = read_long_csv(data_dir() / "cpu" / "azure_v1_vm_cpu.csv.gz")
+    frame = read_long_csv(QUICK_CPU if quick else data_dir() / "cpu" / "azure_v1_vm_cpu.csv.gz")
     out = []
     for _, _, v in series_arrays(regularize(frame, STEP)):
         v = pd.Series(v).interpolate(limit_direction="both").to_numpy()
@@ -322,7 +324,12 @@ def parse_args(argv):
     p.add_argument("--pull-threads", type=int, default=8)
     p.add_argument("--redis", action="store_true", help="publish to a real redis-server (tests/stack.py)")
     p.add_argument("--seed", type=int, default=7)
-    return p.parse_args(argv)
+    add_quick_args(p, "40 workloads, 3 days of history, 2 base fits, a 2 s refresh for 5 s, the old loop 3 s")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.workloads, args.history_days, args.base_fits = 40, 3.0, 2
+        args.refresh_seconds, args.run_seconds, args.old_seconds = 2.0, 5.0, 3.0
+    return args
 
 
 def open_store(args):
@@ -339,8 +346,9 @@ def open_store(args):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    out = results_dir(args)
     t_begin = time.time()
-    bases = load_bases()
+    bases = load_bases(args.quick)
     config = make_config(args.workloads, args.history_days, args.refresh_seconds)
     index = {w.series_id: i for i, w in enumerate(config.workloads)}
     source = TraceSource(bases, args.workloads, args.seed, args.latency_ms, args.per_point_us)
@@ -361,15 +369,16 @@ def main(argv=None) -> int:
     finally:
         if server is not None:
             server.stop()
-    report(args, new, old, new_ages, old_ages, time.time() - t_begin)
+    report(args, new, old, new_ages, old_ages, time.time() - t_begin, out)
     return 0
 
 
-def report(args, new, old, new_ages, old_ages, total_seconds: float) -> None:
+def report(args, new, old, new_ages, old_ages, total_seconds: float, out: Path) -> None:
     c = new["cycles"]
     steady = [x["refresh_seconds"] for x in c[1:]] or [c[0]["refresh_seconds"]]
     summary = {
-        "workloads": args.workloads, "staleness_limit_seconds": STALE_SECONDS, "settings": vars(args),
+        "workloads": args.workloads, "staleness_limit_seconds": STALE_SECONDS,
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "new": {"max_age_seconds": new_ages["max_age"], "p99_age_seconds": new_ages["p99_age"],
                 "stale_samples_fraction": float(np.mean(new_ages["stale_fraction"])),
                 "first_cycle_seconds (restart: full pulls)": c[0]["refresh_seconds"],
@@ -386,10 +395,10 @@ def report(args, new, old, new_ages, old_ages, total_seconds: float) -> None:
                 "projected_cycle_seconds": old["projected_cycle_seconds"]},
         "total_seconds": total_seconds,
     }
-    save_json("trainer_freshness", summary)
+    save_json("trainer_freshness", summary, out)
     pd.DataFrame({"t": new_ages["t"], "new_max_age": new_ages["max"], "new_p99_age": new_ages["p99"]}).to_csv(
-        RESULTS / "trainer_freshness.csv", index=False)
-    plot(new, old, new_ages, old_ages, RESULTS / "trainer_freshness.png")
+        out / "trainer_freshness.csv", index=False)
+    plot(new, old, new_ages, old_ages, out / "trainer_freshness.png")
     n, o = summary["new"], summary["old"]
     print(f"\n{'':34}{'new (scheduler)':>18}{'old (train_once loop)':>24}")
     print(f"{'max forecast age (s)':34}{n['max_age_seconds']:>18.0f}{o['max_age_seconds_measured']:>16.0f} measured")
@@ -405,7 +414,7 @@ def report(args, new, old, new_ages, old_ages, total_seconds: float) -> None:
     print(f"memory per workload: ring {n['ring_bytes_per_workload'] / 1024:.1f} KB, fitted state ~"
           f"{n['fitted_state_pickle_bytes_mean'] / 1024:.1f} KB (pickled), RSS growth "
           f"{n['rss_per_workload_bytes'] / 1024:.1f} KB (rings + states + forecasts in the memory store)")
-    print(f"wrote {RESULTS / 'trainer_freshness.json'}, .csv and .png ({total_seconds:.0f} s in all)")
+    print(f"wrote {out / 'trainer_freshness.json'}, .csv and .png ({total_seconds:.0f} s in all)")
 
 
 if __name__ == "__main__":

@@ -3,11 +3,12 @@ through the controller's claim path, side by side in alternating batches of 20 s
 load hits both alike. Also runc at a smaller count for reference.
 
     .venv/bin/python bench/warmpool_crun.py [--n 200] [--runc-n 50]
+    .venv/bin/python bench/warmpool_crun.py --quick   # smoke run: 4 crun + 2 runc of each, temp folder
 
 Warm claim = pick the soonest-expiring warm container + ``crun start`` (pre-warm was ``crun
 create``). Cold = bundle + ``crun create`` (through the unshare/umount wrapper on hosts with
 hybrid cgroups) + ``crun start``. Target (issue 5): warm claim p50 <= 30% of cold p50.
-Writes bench/results/warmpool_crun.{json,png}.
+Writes bench/results/warmpool_crun.{json,png} (--quick: a temporary folder or --out).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from bench.common import RESULTS, save_json  # noqa: E402
+from bench.common import add_quick_args, results_dir, save_json  # noqa: E402
 
 BATCH = 20
 
@@ -91,7 +92,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--runc-n", type=int, default=50)
+    add_quick_args(ap, "4 crun and 2 runc claims of each kind")
     args = ap.parse_args()
+    if args.quick:
+        args.n, args.runc_n = 4, 2
+    path = results_dir(args)
     out = {}
     samples = {}
     for runtime, n in (("crun", args.n), ("runc", args.runc_n)):
@@ -109,13 +114,13 @@ def main() -> int:
         met = crun["warm_p50_pct_of_cold_p50"] <= 30.0
         out["target"] = {"rule": "crun warm claim p50 <= 30% of cold p50", "met": met}
         print(f"target: warm claim p50 <= 30% of cold p50 -> {crun['warm_p50_pct_of_cold_p50']:.1f}%: {'MET' if met else 'NOT MET'}")
-    save_json("warmpool_crun", out)
-    _plot(samples)
-    print(f"wrote {RESULTS / 'warmpool_crun.json'} and .png")
+    save_json("warmpool_crun", out, path)
+    _plot(samples, path / "warmpool_crun.png")
+    print(f"wrote {path / 'warmpool_crun.json'} and .png")
     return 0
 
 
-def _plot(samples) -> None:
+def _plot(samples, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -133,7 +138,7 @@ def _plot(samples) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(RESULTS / "warmpool_crun.png", dpi=120)
+    fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 both demand models, with the measurement model of shared/reference/warm-pools.md.
 
     .venv/bin/python bench/warmpool_trace.py [--limit N] [--part all|tune|holdout] [--demand single|concurrency] [--policy NAME ...] [--policy-file P.yaml ...] [--sweep]
+    .venv/bin/python bench/warmpool_trace.py --quick   # smoke run: 5 functions of the bundled slice, temp folder
 
 Every policy runs through the warm-pool controller: each function is one pool of one
 ``Controller`` (sim backend, simulated clock), reconciled once a minute, its claims made and
@@ -22,8 +23,9 @@ defines one for tuning the shipped defaults: ``--part tune`` is the functions wh
 SHA-1(HashFunction) is even (337 of the 700 with any invocation), ``--part holdout`` the
 others; the defaults were chosen on ``tune`` only. The README's rows are ``--part all``.
 
-Data: $FORESIGHT_DATA_DIR/serverless (default <repo>/../shared/data/serverless).
-Writes bench/results/warmpool_trace.{csv,json,png}.
+Data: $FORESIGHT_DATA_DIR/serverless (default <repo>/../shared/data/serverless; --quick:
+the slice in tests/data/serverless). Writes bench/results/warmpool_trace.{csv,json,png}
+(--quick: a temporary folder or --out).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS, data_dir, save_json  # noqa: E402
+from bench.common import add_quick_args, results_dir, save_json, serverless_dir  # noqa: E402
 
 REFERENCE = {  # warm-pools.md, 700-function sample
     "single": {"fixed:5": (6.50, 76), "fixed:10": (3.45, 100), "fixed:20": (2.08, 125), "fixed:60": (0.84, 180),
@@ -65,10 +67,10 @@ def split(trace, part: str):
 
 
 def _job(args):
-    demand, spec, limit, part = args
+    demand, spec, limit, part, data = args
     from warmpool.tracesim import load_trace, resolve_policy, simulate
 
-    trace = split(load_trace(data_dir() / "serverless", limit=limit), part)
+    trace = split(load_trace(data, limit=limit), part)
     policy = resolve_policy(spec)
     tag = f"[{demand} {policy.label}]"
 
@@ -107,11 +109,16 @@ def main() -> int:
     ap.add_argument("--sweep", action="store_true", help=f"also the shipped policy at memory budgets {SWEEP_FRACTIONS}")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--report-partial", action="store_true", help="only write the report from the replays an interrupted run finished")
+    add_quick_args(ap, "the first 5 functions of the bundled slice, foresight and fixed:10, both demand models")
     args = ap.parse_args()
+    if args.quick:  # the shipped policy and its yardstick (fixed:10); --policy/--limit still choose
+        args.limit = 5 if args.limit is None else args.limit
+        args.policy = args.policy or ["foresight"]
+    args.data, args.results = serverless_dir(args.quick), results_dir(args)
     if args.report_partial:
         import json
 
-        rows = json.loads((RESULTS / "warmpool_trace_partial.json").read_text())["rows"]
+        rows = json.loads((args.results / "warmpool_trace_partial.json").read_text())["rows"]
         _finish(rows, [r["policy"] for r in rows], args)
         return 0
     specs = list(args.policy or (BASELINES + ["foresight"])) + list(args.policy_file)
@@ -121,15 +128,15 @@ def main() -> int:
     if args.sweep:
         specs += _sweep_files(Path(tmp.name))
     first = {"foresight": 0, "fixed:10": 1}  # the headline pair first, then the other baselines
-    jobs = sorted(((d, s, args.limit, args.part) for d in ("concurrency", "single") if args.demand in ("both", d) for s in specs), key=lambda j: first.get(j[1], 2))
-    print(f"{len(jobs)} replays of {data_dir() / 'serverless'} ({args.part} functions) through the controller, {args.workers} at a time", flush=True)
+    jobs = sorted(((d, s, args.limit, args.part, args.data) for d in ("concurrency", "single") if args.demand in ("both", d) for s in specs), key=lambda j: first.get(j[1], 2))
+    print(f"{len(jobs)} replays of {args.data} ({args.part} functions) through the controller, {args.workers} at a time", flush=True)
     rows = []
     with ProcessPoolExecutor(args.workers) as ex:
         for fut in as_completed([ex.submit(_job, j) for j in jobs]):
             rows.append(fut.result())
-            save_json("warmpool_trace_partial", {"rows": rows})  # a long run's finished replays survive an interruption
+            save_json("warmpool_trace_partial", {"rows": rows}, args.results)  # a long run's finished replays survive an interruption
     _finish(rows, [Path(s).stem if s.endswith((".yaml", ".yml")) else s for s in specs], args)
-    (RESULTS / "warmpool_trace_partial.json").unlink(missing_ok=True)
+    (args.results / "warmpool_trace_partial.json").unlink(missing_ok=True)
     tmp.cleanup()
     return 0
 
@@ -149,17 +156,18 @@ def _report(rows, args) -> None:
 
     from warmpool.tracesim import CSV_COLUMNS
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = args.results
     # a subset never overwrites the full run's files: warmpool_trace[_PART][_limitN][_DEMAND]
     tags = [args.part] * (args.part != "all") + [f"limit{args.limit}"] * bool(args.limit) + [args.demand] * (args.demand != "both")
     name = "_".join(["warmpool_trace", *tags])
-    with (RESULTS / f"{name}.csv").open("w", newline="") as fh:
+    with (out / f"{name}.csv").open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(CSV_COLUMNS), extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
     print(f"{'policy':<26}{'demand':<13}{'cold%min':>9}{'cold%inv':>9}{'p75%':>8}{'GB-min':>11}{'vs f10':>8}   reference")
     for r in rows:
-        ref = REFERENCE[r["demand"]].get(r["policy"]) if name == "warmpool_trace" else None  # the reference is the whole sample's
+        whole = name == "warmpool_trace" and not args.quick  # the reference is the whole sample's
+        ref = REFERENCE[r["demand"]].get(r["policy"]) if whole else None
         refs = f"{ref[0]:.2f}% / {ref[1]}%" if ref else ""
         print(f"{r['policy']:<26}{r['demand']:<13}{r['cold_pct_invoked_minutes']:>9.2f}{r['cold_pct_invocations']:>9.2f}"
               f"{r['p75_cold_rate_pct']:>8.1f}{r['wasted_gb_min']:>11.0f}{r['wasted_pct_of_fixed10']:>7.0f}%   {refs}")
@@ -173,13 +181,13 @@ def _report(rows, args) -> None:
                       "target": f"<= {cold_max}% at <= {mem_max:.0f}%", "met": ok}
         print(f"target {d}: <= {cold_max}% at <= {mem_max:.0f}% -> foresight {ours['cold_pct_invoked_minutes']:.2f}% at "
               f"{ours['wasted_pct_of_fixed10']:.0f}%: {'MET' if ok else 'NOT MET'}")
-    save_json(name, {"data": str(data_dir() / "serverless"), "limit": args.limit, "part": args.part, "path": "controller (sim backend, simulated clock)",
-                                 "rows": rows, "targets": verdict, "reference": REFERENCE, "hindsight_frontier": HINDSIGHT})
-    _plot(rows, name, args.part)
-    print(f"wrote {RESULTS / name}.csv, .json and .png")
+    save_json(name, {"data": str(args.data), "limit": args.limit, "part": args.part, "path": "controller (sim backend, simulated clock)",
+                     "rows": rows, "targets": verdict, "reference": REFERENCE, "hindsight_frontier": HINDSIGHT}, out)
+    _plot(rows, out / f"{name}.png", args.part)
+    print(f"wrote {out / name}.csv, .json and .png")
 
 
-def _plot(rows, name: str, part: str) -> None:
+def _plot(rows, path: Path, part: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -206,7 +214,7 @@ def _plot(rows, name: str, part: str) -> None:
     which = "700 functions" if part == "all" else f"the {part} half of the functions"
     fig.suptitle(f"Azure Functions 2019, {which}, 1 day: every policy through the warm-pool controller")
     fig.tight_layout()
-    fig.savefig(RESULTS / f"{name}.png", dpi=120)
+    fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":
