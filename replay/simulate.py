@@ -16,7 +16,10 @@ The simulated world (the settings of the published replay protocol the benchmark
                    (replay/pipeline.py: forecaster.training.step_workload on a simulated clock,
                    one step at s + delay for every 5-minute sample s, from the samples up to s
                    only: retrain when due, serving-policy choice, refresh, drift fallback);
-                   observed = D(t - delay);
+                   it serves only what the adapter holds (:func:`served_as_deployed`): the
+                   forecast's own published samples as its floor, and the ready pods of this
+                   sync (what the HPA counts and the adapter's pod watch reports); the CPU
+                   metric beside it reads D(t - delay) like the reactive HPA;
   predictive+warm  predictive, with scale-ups served from a warm pool (ready after the claim
                    latency while warm pods last); the pool holds max(warm_pool_size,
                    ceil(warm_pool_fraction * replicas)) pods, refills cold (start-up time) and
@@ -255,6 +258,16 @@ def warm_claim_seconds(cfg: ReplayConfig) -> float:
         return 2.0
 
 
+def served_as_deployed(fc, now: float, ready_pods: int, request: float, settings):
+    """What the adapter serves at ``now`` (``adapter.core.AdapterCore.served``), from what it
+    holds then and nothing more: the forecast as of the trainer's last refresh, with the
+    observed samples that refresh published as its floor (not the demand of the moment), over
+    the ready pods the HPA counts at this sync (what the adapter's pod watch reports)."""
+    from adapter.metrics import served_load_ratio
+
+    return served_load_ratio(fc, now, ready_pods, request, settings)
+
+
 def run_mode(world: World, mode: str, cfg: ReplayConfig, feed: ProductionFeed | None = None) -> ModeResult:
     """Replay one mode over the world's sync grid; deterministic for a given ``cfg.seed``.
     The predictive modes read what ``feed`` (``production_feed``) published; one feed can
@@ -293,7 +306,7 @@ def run_mode(world: World, mode: str, cfg: ReplayConfig, feed: ProductionFeed | 
 
     # predictive plumbing: the adapter's own code path, at a default deployment's settings
     if predictive:
-        from adapter.metrics import MetricSettings, NoData, served_load_ratio
+        from adapter.metrics import MetricSettings, NoData
 
         settings = MetricSettings(lead_seconds=cfg.lead_seconds)
         served_err = 0
@@ -331,7 +344,7 @@ def run_mode(world: World, mode: str, cfg: ReplayConfig, feed: ProductionFeed | 
             # Resource CPU metric at the same target; the HPA takes the larger proposal
             props = [resource_utilization_proposal(spec, S, milli(obs), ready, req_milli, target_pct, unready_pods=len(pending))]
             try:
-                sv = served_load_ratio(feed.at(float(t)), float(t), ready, request, settings, observed=obs)
+                sv = served_as_deployed(feed.at(float(t)), float(t), ready, request, settings)
                 props.append(external_value_proposal(spec, S, [sv.value], target, ready))
                 sources[sv.source] = sources.get(sv.source, 0) + 1
             except NoData:

@@ -8,13 +8,16 @@ import numpy as np
 import pytest
 import yaml
 
-from adapter.metrics import MetricSettings, served_load_ratio
+from adapter.core import AdapterCore
+from adapter.metrics import MetricSettings
+from adapter.settings import AdapterSettings
 from forecaster.config import TrainingConfig, load_config
 from forecaster.sources.prometheus import open_source
 from forecaster.store import RedisForecastStore
 from forecaster.schedule import train_once, trainer_from_config
 from foresight.cli import main
 from replay.pipeline import PipelineConfig, ProductionFeed
+from replay.simulate import served_as_deployed
 
 SID = "azurev1-618849"
 DAYS = 3
@@ -72,6 +75,8 @@ def test_train_on_prometheus_and_redis_and_the_replay_publish_and_serve_the_same
     feed = ProductionFeed("shop/w", ts, v, delay_seconds=DELAY, start=start, end=start + 20 * STEP,
                           capacity_per_pod=1.0, pipeline=pipeline, step_seconds=STEP)
     settings = MetricSettings()
+    adapter = AdapterCore(AdapterSettings(metric=settings, workload_capacity={"shop/w": {"ready_pods": 4, "cpu_request_cores": 1.0}}),
+                          store)
     instants = feed.publish_times()
     assert len(instants) >= 20
     served = []
@@ -84,10 +89,12 @@ def test_train_on_prometheus_and_redis_and_the_replay_publish_and_serve_the_same
             _same(live, replayed)
             for dt in (0.0, 60.0, 240.0):  # HPA syncs while this forecast is the latest
                 t = float(now + dt)
-                obs = float(v[np.searchsorted(ts, t - DELAY) - 1])
-                a = served_load_ratio(live, t, 4, 1.0, settings, observed=obs)
-                b = served_load_ratio(replayed, t, 4, 1.0, settings, observed=obs)
+                # each side from its own inputs: the adapter from the forecast it read from Redis
+                # and the workload's configured capacity, the replay from its feed and its pods
+                a = adapter.served("predicted_cpu_load_ratio", "shop/w", live, t)
+                b = served_as_deployed(replayed, t, 4, 1.0, settings)
                 assert (a.value, a.source, a.headroom) == (b.value, b.source, b.headroom)
+                assert a.observed == float(live.observed[-1][1])  # the floor is the published sample
                 served.append(a.value)
     finally:
         store.close()
