@@ -1,10 +1,16 @@
 """Replay every CPU series with >= 21 days through the HPA v2 simulator (replay/), side by side:
-reactive at targets 0.4-0.7 (its cost-vs-risk frontier), foresight as a default deployment runs
-it (the production trainer and serving policy, replay/pipeline.py), the same with a warm pool,
-named configurations of the same production code, and the oracle. Prints and saves totals,
-medians, per-series ratios, the per-series equal-cost comparison and plots to bench/results/replay_*.
+reactive at targets 0.4-0.7 with Kubernetes' 300 s scale-down window and with the shipped
+predictive HPA's own window (its cost-vs-risk frontier: the honest baseline gets the same
+behaviour), foresight as a default deployment runs it (the production trainer and serving
+policy, replay/pipeline.py), the same with a warm pool, named configurations of the same
+production code, and the oracle. Prints and saves totals, medians, per-series ratios, the
+per-series equal-cost comparison and plots to bench/results/replay_*.
 
-    .venv/bin/python bench/replay_all.py [--every N [--offset K]] [--workers 2] [--variants main|costs|states|reference|windows] [--tag T]
+    .venv/bin/python bench/replay_all.py [--part all|tune|holdout] [--every N [--offset K]] [--workers 2]
+                                         [--variants main|costs|states|reference|windows|margins] [--tag T] [--quick]
+
+``--part``: the series whose SHA-1(series id) is even (tune: every global default of the serving
+policy is chosen on it) or odd (holdout: the headline, never used to choose a default).
 
 Data: $FORESIGHT_DATA_DIR/cpu (default <repo>/../shared/data/cpu).
 """
@@ -12,6 +18,7 @@ Data: $FORESIGHT_DATA_DIR/cpu (default <repo>/../shared/data/cpu).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -26,6 +33,8 @@ import pandas as pd  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 REACTIVE_TARGETS = (0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7)
+# the reactive frontier's scale-down windows: Kubernetes' default and the shipped predictive HPA's
+REACTIVE_WINDOWS = (300, None)
 
 
 def data_dir() -> Path:
@@ -56,6 +65,10 @@ COST_VARIANTS = {  # serving.violation_cost_pods, the one documented knob of the
     "ours cost 70": ("predictive", {}, {"violation_cost_pods": 70.0}),
     "ours cost 120": ("predictive", {}, {"violation_cost_pods": 120.0}),
 }
+MARGIN_VARIANTS = {  # serving.model_margin: the share of persistence's avoidable cost the model must save
+    "ours margin 0.3": ("predictive", {}, {"model_margin": 0.3}),
+    "ours margin 0": ("predictive", {}, {"model_margin": 0.0}),
+}
 STATE_VARIANTS = {  # serving.peak_gap_states: 1 = one headroom at all times
     "ours one headroom": ("predictive", {}, {"peak_gap_states": 1}),
 }
@@ -70,20 +83,34 @@ WINDOW_VARIANTS = {  # the HPA's scale-down stabilization window (behavior in th
 }
 
 
-def load_series(min_days: float = 21.0):
+def in_part(series_id: str, part: str) -> bool:
+    """``tune``: SHA-1(series id) even; ``holdout``: odd; ``all``: every series."""
+    if part == "all":
+        return True
+    return (int(hashlib.sha1(series_id.encode()).hexdigest()[:8], 16) % 2 == 0) == (part == "tune")
+
+
+def load_series(min_days: float = 21.0, part: str = "all"):
     from forecaster.frames import series_arrays
     from forecaster.sources.csv import read_long_csv
 
     out = []
     for f in sorted((data_dir() / "cpu").glob("*.csv.gz")):
         for sid, ts, v in series_arrays(read_long_csv(f)):
-            if ts[-1] - ts[0] >= min_days * 86400:
+            if ts[-1] - ts[0] >= min_days * 86400 and in_part(sid, part):
                 out.append((sid, ts.astype("int64"), v))
     return out
 
 
+def reactive_name(target: float, window: int | None) -> str:
+    """``reactive t0.70`` (Kubernetes' 300 s window) or ``reactive t0.70 sd30`` (the shipped one)."""
+    from replay.simulate import PREDICTIVE_SCALE_DOWN_WINDOW_SECONDS
+
+    return f"reactive t{target:.2f}" + ("" if window == 300 else f" sd{PREDICTIVE_SCALE_DOWN_WINDOW_SECONDS}")
+
+
 def _replay_one(args):
-    sid, ts, v, variants, startup_kind = args
+    sid, ts, v, variants, startup_kind, replay_days = args
     import torch  # noqa: F401  (pin threads if a model uses it)
 
     torch.set_num_threads(1)
@@ -91,12 +118,16 @@ def _replay_one(args):
 
     from replay.simulate import ReplayConfig, StartupModel, make_world, production_feed, run_mode
 
-    base = ReplayConfig(startup=StartupModel(startup_kind, 60.0))
+    from replay.simulate import PREDICTIVE_SCALE_DOWN_WINDOW_SECONDS
+
+    base = ReplayConfig(startup=StartupModel(startup_kind, 60.0), **({"replay_days": replay_days} if replay_days else {}))
     world = make_world(sid, ts, v, base)
     rows = []
-    for tg in REACTIVE_TARGETS:
-        r = run_mode(world, "reactive", replace(base, target=tg))
-        rows.append({**r.row(), "variant": f"reactive t{tg:.2f}", "target": tg})
+    for window in REACTIVE_WINDOWS:
+        for tg in REACTIVE_TARGETS:
+            w = PREDICTIVE_SCALE_DOWN_WINDOW_SECONDS if window is None else window
+            r = run_mode(world, "reactive", replace(base, target=tg, scale_down_window_seconds=w))
+            rows.append({**r.row(), "variant": reactive_name(tg, window), "target": tg, "window": w})
     r = run_mode(world, "oracle", base)
     rows.append({**r.row(), "variant": "oracle", "target": 0.7})
     feeds = {}
@@ -118,10 +149,22 @@ def _replay_one(args):
     return rows
 
 
+def pareto(front: pd.DataFrame) -> pd.DataFrame:
+    """The reactive settings no other setting beats on both cost and SLO (sorted by cost)."""
+    f = front.sort_values(["replica_minutes", "slo_violation_minutes"])
+    keep, best = [], np.inf
+    for i, slo in zip(f.index, f["slo_violation_minutes"]):
+        if slo < best:
+            keep.append(i)
+            best = slo
+    return f.loc[keep]
+
+
 def equal_cost(front: pd.DataFrame, cost: float) -> tuple[float, str]:
-    """Reactive SLO-minutes at ``cost`` on this series' own reactive frontier (linear
-    interpolation between targets); outside the frontier: the nearest end and a flag."""
-    f = front.sort_values("replica_minutes")
+    """Reactive SLO-minutes at ``cost`` on this series' own reactive frontier over targets and
+    scale-down windows (linear interpolation between its efficient settings); outside the
+    frontier: the nearest end and a flag."""
+    f = pareto(front)
     x, y = f["replica_minutes"].to_numpy(), f["slo_violation_minutes"].to_numpy()
     if cost < x[0]:
         return float(y[0]), "below"  # we are cheaper than reactive 0.7: compare with 0.7
@@ -135,9 +178,12 @@ def analyse(df: pd.DataFrame, headline: str) -> dict:
     tot = df.groupby("variant")[["slo_violation_minutes", "underprovisioned_core_minutes", "replica_minutes", "scale_events"]].sum()
     med = df.groupby("variant")[["slo_violation_minutes", "underprovisioned_core_minutes", "replica_minutes", "scale_events"]].median()
     ref = tot.loc["reactive t0.70"]
+    same = tot.loc[reactive_name(0.7, None)]  # the reactive HPA with the shipped predictive behaviour
     orc = tot.loc["oracle"]
     tot["slo_x"] = tot["slo_violation_minutes"] / ref["slo_violation_minutes"]
     tot["cost_x"] = tot["replica_minutes"] / ref["replica_minutes"]
+    tot["slo_x_same_behaviour"] = tot["slo_violation_minutes"] / same["slo_violation_minutes"]
+    tot["cost_x_same_behaviour"] = tot["replica_minutes"] / same["replica_minutes"]
     gap = ref["slo_violation_minutes"] - orc["slo_violation_minutes"]
     tot["gap_closed"] = (ref["slo_violation_minutes"] - tot["slo_violation_minutes"]) / gap if gap > 0 else np.nan
     per = {}
@@ -175,17 +221,19 @@ def analyse(df: pd.DataFrame, headline: str) -> dict:
     return {"totals": tot, "medians": med, "per_series": per}
 
 
-def plot_frontier(tot: pd.DataFrame, path: Path, headline: str) -> None:
+def plot_frontier(tot: pd.DataFrame, path: Path, headline: str, part: str = "replayed") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    re = tot[tot.index.str.startswith("reactive")].sort_values("cost_x")
-    ax.plot(re["cost_x"], re["slo_x"], "o-", color="tab:red", label="reactive HPA, targets 0.4-0.7")
-    for name, row in re.iterrows():
-        ax.annotate(name.split()[-1], (row["cost_x"], row["slo_x"]), textcoords="offset points", xytext=(4, 4), fontsize=8, color="tab:red")
+    react = tot[tot.index.str.startswith("reactive")]
+    for sd, color, what in (("300", "tab:red", "Kubernetes' 300 s"), ("sd", "tab:orange", "the shipped predictive")):
+        re = react[react.index.str.contains(" sd") == (sd == "sd")].sort_values("cost_x")
+        ax.plot(re["cost_x"], re["slo_x"], "o-", color=color, label=f"reactive HPA, targets 0.4-0.7, {what} scale-down window")
+        for name, row in re.iterrows():
+            ax.annotate(name.split()[1], (row["cost_x"], row["slo_x"]), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
     ours = tot[~tot.index.str.startswith("reactive") & (tot.index != "oracle")]
     pred = ours[~ours.index.str.contains("warm")].sort_values("cost_x")
     ax.plot(pred["cost_x"], pred["slo_x"], "s", color="tab:blue", label="foresight predictive (variants)")
@@ -197,13 +245,12 @@ def plot_frontier(tot: pd.DataFrame, path: Path, headline: str) -> None:
         ax.plot(warm["cost_x"], warm["slo_x"], "^", color="tab:green", label="predictive + warm pool")
     o = tot.loc["oracle"]
     ax.plot([o["cost_x"]], [o["slo_x"]], "*", ms=14, color="black", label="oracle")
-    ax.plot([1.19, 1.12, 1.05], [0.22, 0.33, 0.53], "x--", color="gray", label="reference simple AR (t 0.7/0.75/0.8)")
     ax.axvline(1.10, color="gray", lw=0.6, ls=":")  # the targets: <= 0.18x SLO at <= 1.10x cost
     ax.axhline(0.18, color="gray", lw=0.6, ls=":")
     ax.annotate("target", (1.10, 0.18), textcoords="offset points", xytext=(-36, -12), fontsize=8, color="gray")
     ax.set_xlabel("replica-minutes / reactive 70% (cost)")
     ax.set_ylabel("SLO-violation minutes / reactive 70% (risk)")
-    ax.set_title("Cost vs risk, totals over all replayed series")
+    ax.set_title(f"Cost vs risk, totals over the {part} series")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -235,7 +282,7 @@ def plot_equal_cost(rows: list[dict], path: Path, name: str) -> None:
     plt.close(fig)
 
 
-def plot_examples(df: pd.DataFrame, per: dict, series, variants: dict, startup_kind: str, tag: str) -> list[str]:
+def plot_examples(df: pd.DataFrame, per: dict, series, variants: dict, startup_kind: str, tag: str, results: Path) -> list[str]:
     """Re-run the series where ours loses worst at equal cost (and the one it wins best) and
     draw demand / ready capacity / replicas for reactive 70%, the reactive target closest to
     our cost, ours and the oracle."""
@@ -266,7 +313,7 @@ def plot_examples(df: pd.DataFrame, per: dict, series, variants: dict, startup_k
         for zoom, suffix in ((None, "full"), (6, "zoom")):
             b64 = report.series_figure(world, res, zoom_hours=zoom)
             name = f"replay_series_{sid}_{suffix}{tag}.png"
-            (RESULTS / name).write_bytes(base64.b64decode(b64))
+            (results / name).write_bytes(base64.b64decode(b64))
             out.append(name)
     return out
 
@@ -276,11 +323,16 @@ def main(argv=None) -> int:
     ap.add_argument("--every", type=int, default=1, help="replay every N-th series (tuning)")
     ap.add_argument("--offset", type=int, default=0, help="start the every-N-th selection at this series (a second tuning subset)")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--variants", default="main", choices=["main", "costs", "states", "reference", "windows"],
+    ap.add_argument("--part", default="all", choices=["all", "tune", "holdout"],
+                    help="tune: the series whose SHA-1(id) is even (defaults are chosen on them); holdout: the others (the headline)")
+    ap.add_argument("--quick", action="store_true", help="one series, two replayed days, one worker, no example plots (CI)")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="where the results go (default bench/results)")
+    ap.add_argument("--variants", default="main", choices=["main", "costs", "states", "reference", "windows", "margins"],
                     help="main: ours (a default deployment) and ours+warm; costs: main plus two other "
                          "serving.violation_cost_pods settings; states: main plus one headroom at all times "
                          "(serving.peak_gap_states: 1) and the 60 s scale-down window; reference: main plus "
-                         "the simple AR predictor; windows: the scale-down window")
+                         "the simple AR predictor; windows: the scale-down window; margins: main plus two "
+                         "serving.model_margin settings")
     ap.add_argument("--startup", default="constant", choices=["constant", "lognormal"], help="pod start-up model (constant 60 s = the reference)")
     ap.add_argument("--tag", default="", help="suffix for the result files")
     args = ap.parse_args(argv)
@@ -289,11 +341,16 @@ def main(argv=None) -> int:
     variants = {"main": MAIN_VARIANTS, "costs": {**MAIN_VARIANTS, **COST_VARIANTS},
                 "states": {**MAIN_VARIANTS, **STATE_VARIANTS, "ours sd60": WINDOW_VARIANTS["ours sd60"]},
                 "reference": {**MAIN_VARIANTS, **REFERENCE_VARIANTS},
-                "windows": {"ours": MAIN_VARIANTS["ours"], **WINDOW_VARIANTS}}[args.variants]
-    series = load_series()[args.offset :: args.every]
+                "windows": {"ours": MAIN_VARIANTS["ours"], **WINDOW_VARIANTS},
+                "margins": {**MAIN_VARIANTS, **MARGIN_VARIANTS}}[args.variants]
+    series = load_series(part=args.part)[args.offset :: args.every]
+    replay_days = None
+    if args.quick:
+        series, replay_days, args.workers = series[:1], 2.0, 1
+    results = args.out
     print(f"replaying {len(series)} series with {len(variants)} predictive variants, {len(REACTIVE_TARGETS)} reactive targets, oracle")
     t_start = time.time()
-    jobs = [(sid, ts, v, variants, args.startup) for sid, ts, v in series]
+    jobs = [(sid, ts, v, variants, args.startup, replay_days) for sid, ts, v in series]
     rows = []
     if args.workers > 1:
         import multiprocessing as mp
@@ -306,9 +363,9 @@ def main(argv=None) -> int:
             rows.extend(_replay_one(j))
     elapsed = time.time() - t_start
     df = pd.DataFrame(rows)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    tag = f"_{args.tag}" if args.tag else ""
-    df.to_csv(RESULTS / f"replay_per_series{tag}.csv", index=False)
+    results.mkdir(parents=True, exist_ok=True)
+    tag = "".join(f"_{t}" for t in (args.part if args.part != "all" else "", args.tag, "quick" if args.quick else "") if t)
+    df.to_csv(results / f"replay_per_series{tag}.csv", index=False)
     res = analyse(df, "ours")
     tot, med, per = res["totals"], res["medians"], res["per_series"]
     pd.set_option("display.width", 200)
@@ -316,21 +373,23 @@ def main(argv=None) -> int:
     print(tot.round(3).to_string())
     print("\nMEDIANS per series")
     print(med.round(2).to_string())
-    print("\nPER SERIES vs reactive retuned to equal cost (frontier 0.4-0.7)")
+    print("\nPER SERIES vs reactive retuned to equal cost (frontier: targets 0.4-0.7 x scale-down windows 300 s and the shipped one)")
     summary = {}
     for v, p in per.items():
         print(f"  {v:16s} wins {p['wins']:3d} ties {p['ties']:3d} losses {p['losses']:3d} of {p['n']}  "
               f"(win {p['win_fraction']:.0%}, of decided {p['win_fraction_of_decided']:.0%}); beyond reactive-0.4 cost: {p['beyond_reactive_0.4_cost']}; "
               f"median SLO ratio vs r70 {p['median_slo_ratio_vs_r70_plus1']:.2f}, median cost ratio {p['median_cost_ratio_vs_r70']:.2f}")
         summary[v] = {k: x for k, x in p.items() if k != "rows"}
-        pd.DataFrame(p["rows"]).to_csv(RESULTS / f"replay_equal_cost_{v.replace(' ', '_').replace('+', 'plus')}{tag}.csv", index=False)
-    plot_frontier(tot, RESULTS / f"replay_frontier{tag}.png", "ours")
+        pd.DataFrame(p["rows"]).to_csv(results / f"replay_equal_cost_{v.replace(' ', '_').replace('+', 'plus')}{tag}.csv", index=False)
+    plot_frontier(tot, results / f"replay_frontier{tag}.png", "ours", args.part if args.part != "all" else "replayed")
     if "ours" in per:
-        plot_equal_cost(per["ours"]["rows"], RESULTS / f"replay_equal_cost{tag}.png", "ours")
-    examples = plot_examples(df, per, series, variants, args.startup, tag) if "ours" in per else []
+        plot_equal_cost(per["ours"]["rows"], results / f"replay_equal_cost{tag}.png", "ours")
+    examples = plot_examples(df, per, series, variants, args.startup, tag, results) if "ours" in per and not args.quick else []
     errs = df[df.variant == "ours"][["mae_h1", "mae_persistence_h1", "skill_h1"]] if "ours" in set(df.variant) else pd.DataFrame()
     out = {
         "series": int(df.series_id.nunique()),
+        "part": args.part,
+        "quick": bool(args.quick),
         "elapsed_seconds": round(elapsed, 1),
         "startup": args.startup,
         "variants": {k: list(v) for k, v in variants.items()},
@@ -341,8 +400,8 @@ def main(argv=None) -> int:
         "forecast_error_ours_mean": json.loads(errs.mean().to_json()) if len(errs) else {},
         "example_plots": examples,
     }
-    (RESULTS / f"replay_all{tag}.json").write_text(json.dumps(out, indent=2))
-    print(f"\nsaved bench/results/replay_all{tag}.json, replay_per_series{tag}.csv, replay_frontier{tag}.png ({elapsed:.0f} s)")
+    (results / f"replay_all{tag}.json").write_text(json.dumps(out, indent=2))
+    print(f"\nsaved {results}/replay_all{tag}.json, replay_per_series{tag}.csv, replay_frontier{tag}.png ({elapsed:.0f} s)")
     return 0
 
 
