@@ -21,6 +21,7 @@ from typing import Callable, Mapping
 
 from adapter.settings import CacheSettings
 from forecaster.predicted import metric_of_series
+from forecaster.receipt import ReceiptTimes
 from forecaster.store import Forecast, ForecastStore, StoreError, StoreUnavailable
 
 log = logging.getLogger("foresight.adapter.state")
@@ -75,8 +76,11 @@ class ForecastCache:
         configured_labels: Mapping[str, Mapping[str, str]] | None = None,
         clock: Callable[[], float] = time.monotonic,
         on_store_error: Callable[[Exception], None] | None = None,
+        receipts: ReceiptTimes | None = None,
     ) -> None:
         self.store = store
+        # forecast ages on this process's clock, not the writer's (forecaster/receipt.py)
+        self.receipts = receipts or ReceiptTimes()
         self.settings = settings
         self.clock = clock
         self.configured = {k: dict(v) for k, v in (configured_labels or {}).items()}
@@ -158,6 +162,7 @@ class ForecastCache:
                     fc = entry[0] if entry else None
                     if fc is not None and gens.get(sid) == fc.generation:
                         self._entries[sid] = (fc, now)
+                        self.receipts.checked(sid, fc.generation)
                     else:
                         changed.append(sid)
                 chunk = changed
@@ -215,7 +220,10 @@ class ForecastCache:
             if names.get(name) != labels:  # keep the old dict when equal: its JSON stays cached
                 names[name] = labels
 
-    def _store_entry(self, sid: str, fc: Forecast | None, now: float) -> None:
+    def _store_entry(self, sid: str, fc: Forecast | None, now: float) -> Forecast | None:
+        """Cache ``fc`` as read now; returns it as cached (its age on this process's clock)."""
+        if fc is not None:
+            fc = self.receipts.stamp(fc)
         self._entries[sid] = (fc, now)
         if fc is not None:
             declared = metric_of_series(sid)
@@ -224,8 +232,9 @@ class ForecastCache:
                     self._metrics.setdefault(declared[0], set()).add(declared[1])
                     if self._metric_names is not None and declared[1] not in self._metric_names:
                         self._metric_names = None
-                return
+                return fc
             self._put_labels(sid, labels_of(sid, fc, self.configured.get(sid)))
+        return fc
 
     # --- reads --------------------------------------------------------------------------
     FULL_LISTING_SECONDS = 300.0
@@ -270,12 +279,14 @@ class ForecastCache:
                     if f"{ns}/{name}" not in alive:
                         del self._labels[ns][name]
                         self._entries.pop(f"{ns}/{name}", None)
+                        self.receipts.forget(f"{ns}/{name}")
                 if not self._labels[ns]:
                     del self._labels[ns]
             for wsid in list(self._metrics):
                 for m in [m for m in self._metrics[wsid] if f"{wsid}/{m}" not in alive]:
                     self._metrics[wsid].discard(m)
                     self._entries.pop(f"{wsid}/{m}", None)
+                    self.receipts.forget(f"{wsid}/{m}")
                     self._metric_names = None
                 if not self._metrics[wsid]:
                     del self._metrics[wsid]
@@ -322,8 +333,7 @@ class ForecastCache:
             self._failed(exc)
             return self._stale_or_raise(entry, now, exc)
         self._ok(now)
-        self._store_entry(series_id, fc, now)
-        return fc
+        return self._store_entry(series_id, fc, now)
 
     def _stale_or_raise(self, entry, now: float, exc: StoreUnavailable) -> Forecast | None:
         if entry is not None and now - entry[1] <= self.settings.max_stale_seconds:

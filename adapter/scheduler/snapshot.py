@@ -29,6 +29,7 @@ from typing import Callable, Mapping, NamedTuple
 
 from forecaster.nodes import MAX_SCORE, NodeLoad, assess_nodes, is_node_series, memory_room_bytes, score_for_load
 from forecaster.nodes.scoring import cpu_message, memory_message_parts
+from forecaster.receipt import ReceiptTimes
 from forecaster.store import Forecast, ForecastStore
 
 from adapter.scheduler.settings import SchedulerSettings
@@ -178,6 +179,7 @@ class SnapshotCache:
         self.store = store
         self.settings = settings
         self.clock = clock
+        self.receipts = ReceiptTimes(clock)  # node forecast ages on this clock (forecaster/receipt.py)
         self._snap: PlacementSnapshot | None = None
         self._lock = threading.Lock()  # single-flight rebuilds
         self._thread: threading.Thread | None = None
@@ -199,6 +201,7 @@ class SnapshotCache:
             else:
                 try:
                     forecasts, workloads = read_store(self.store, pause)
+                    forecasts = self.receipts.stamp_all(forecasts)
                     snap = score_snapshot(forecasts, workloads, self.settings, now, loaded_at=now, pause=pause)
                     self.reloads += 1
                 except Exception as exc:  # noqa: BLE001 - placement must keep answering
