@@ -29,7 +29,11 @@ def register(subparsers) -> None:
     )
     p.add_argument("--store", help=f"forecast store URL (default: the config's store.url, else {DEFAULT_STORE})")
     p.add_argument("--config", help="workloads YAML (labels and static capacity of workloads)")
-    p.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    p.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0; a non-loopback address "
+                   "needs authentication: --requestheader-ca, --token-file or --delegated-auth, or --insecure)")
+    p.add_argument("--insecure", action="store_true",
+                   help="serve without authentication on a non-loopback --host anyway: anyone who reaches the "
+                   "port reads every workload's metrics")
     p.add_argument("--port", type=int, default=8443, help="listen port (default 8443)")
     p.add_argument("--cert", help="serving certificate (PEM); with --key")
     p.add_argument("--key", help="serving private key (PEM)")
@@ -47,6 +51,12 @@ def register(subparsers) -> None:
                    "(cached --review-cache-seconds), as Kubernetes' aggregated API servers do; in-cluster "
                    "service account unless --kubeconfig")
     p.add_argument("--kubeconfig", help="kubeconfig of the API server that answers the reviews")
+    p.add_argument("--ready-pods", choices=("auto", "watch", "published"), default="auto",
+                   help="what predicted_cpu_load_ratio is divided by: watch = the pods of each workload's scale "
+                   "target that are Running and Ready now, as the HPA counts them (a pod watch: in-cluster "
+                   "service account, or --kubeconfig); published = the count the trainer saw at its last "
+                   "refresh (up to a refresh old: right after a scale-up the HPA over-shoots); auto (default) "
+                   "= watch when those credentials exist")
     p.add_argument("--review-cache-seconds", type=float, default=10.0,
                    help="how long a TokenReview or SubjectAccessReview answer is reused (10 s)")
     p.add_argument("--scheduler-port", type=int, default=0,
@@ -96,6 +106,29 @@ def parse_allowed_names(value: str) -> list[str]:
     return [n.strip() for n in value.split(",") if n.strip()]
 
 
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost; every other address (0.0.0.0, ::, a name) may be reachable."""
+    import ipaddress
+
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def unauthenticated_bind(args: argparse.Namespace) -> str | None:
+    """Why serving workload data to anyone on the network is refused (None: it is not)."""
+    authenticated = bool(args.requestheader_ca or args.token_file or args.delegated_auth or args.kubeconfig)
+    if authenticated or args.insecure or is_loopback(args.host):
+        return None
+    return (f"--host {args.host}: a non-loopback address with no authentication would let anyone who reaches the "
+            "port read every workload's metrics; configure authentication (--requestheader-ca CA "
+            "[--allowed-names N], --token-file FILE, or --delegated-auth), listen on loopback only "
+            "(--host 127.0.0.1), or pass --insecure to serve unauthenticated anyway")
+
+
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """Validated, JSON-able options (sent to worker processes through the environment)."""
     problems = []
@@ -137,6 +170,7 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "token": token,
         "delegated_auth": bool(args.delegated_auth or args.kubeconfig),
         "kubeconfig": args.kubeconfig,
+        "ready_pods": args.ready_pods,
         "review_cache_seconds": args.review_cache_seconds,
         "scheduler_port": args.scheduler_port,
         "scheduler_client_ca": args.scheduler_client_ca,
@@ -163,6 +197,9 @@ def run(args: argparse.Namespace) -> int:
 
     opts = options_from_args(args)
     settings, url = build_settings(opts)  # fail fast on bad config, before any worker starts
+    refused = unauthenticated_bind(args)
+    if refused:
+        raise UserError(refused)
     certfile = keyfile = None
     if not args.plain_http:
         if args.cert:
