@@ -62,6 +62,20 @@ def _epoch(net, opt, loss_fn, data, perm, bs: int, rank: int, world: int) -> flo
     return tot
 
 
+def _plain(obj):
+    """``obj`` as what torch.load(weights_only=True) reads back: dicts, lists, str, int, float,
+    bool, None (a numpy scalar becomes its Python value, a tuple a list)."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    raise ModelError(f"lstm checkpoint: {type(obj).__name__} {obj!r} is not plain data (dict, list, str, number, bool, None)")
+
+
 class GlobalLSTM(Model):
     name = "lstm"
     min_points = 30
@@ -335,6 +349,8 @@ class GlobalLSTM(Model):
             self.net_ = net
 
     # --- checkpoint ------------------------------------------------------------------------
+    # Tensors and plain data only, read back with torch.load(weights_only=True): unpickling
+    # arbitrary objects would let whoever can write the checkpoint storage run code here.
     def save(self, path) -> None:
         import torch
 
@@ -344,18 +360,30 @@ class GlobalLSTM(Model):
             {
                 "version": CHECKPOINT_VERSION,
                 "state_dict": self.net_.state_dict(),
-                "config": {**{k: v for k, v in self.cfg.items() if k not in _WHERE}, "season": self.season},
+                "config": _plain({**{k: v for k, v in self.cfg.items() if k not in _WHERE}, "season": self.season}),
                 "scaler": {"kind": "recent_window", "centre_points": 12, "scale": "mean_abs_diff", "clip": 50},
-                "train_report": self.train_report_,
+                "train_report": _plain(self.train_report_),
             },
             path,
         )
 
     @classmethod
     def load(cls, path) -> "GlobalLSTM":
+        import pickle
+
         import torch
 
-        ck = torch.load(path, map_location="cpu", weights_only=False)
+        try:
+            ck = torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as exc:
+            why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelError(
+                f"lstm checkpoint {path} holds more than tensors and plain data, so it is not loaded "
+                f"(torch.load weights_only=True refused it: {why}); unpickling it could run code. "
+                "Retrain to write a new checkpoint (GlobalLSTM.save writes only a state_dict and plain config)"
+            ) from None
+        if not isinstance(ck, dict):
+            raise ModelError(f"lstm checkpoint {path} is a {type(ck).__name__}, not a GlobalLSTM.save checkpoint (a dict)")
         if ck.get("version") != CHECKPOINT_VERSION:
             raise ModelError(f"lstm checkpoint {path} has version {ck.get('version')}; this build reads {CHECKPOINT_VERSION}")
         cfg = dict(ck["config"])

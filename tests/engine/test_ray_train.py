@@ -77,7 +77,7 @@ def test_two_ray_train_workers_write_a_checkpoint_the_loader_reads_and_train_as_
     path = tmp_path / "lstm.pt"
     remote.save(path)  # the same format as a single-process checkpoint: the same keys
     local.save(tmp_path / "local.pt")
-    ck, ck_local = (torch.load(p, weights_only=False) for p in (path, tmp_path / "local.pt"))
+    ck, ck_local = (torch.load(p, weights_only=True) for p in (path, tmp_path / "local.pt"))
     assert ck.keys() == ck_local.keys() and ck["config"].keys() == ck_local["config"].keys()
     assert "engine" not in ck["config"]  # where it trained is not part of the model
     assert GlobalLSTM.load(path).cfg["engine"] == "local"

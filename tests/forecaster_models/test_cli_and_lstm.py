@@ -61,7 +61,7 @@ def test_global_lstm_trains_across_series_and_its_checkpoint_round_trips(slice_a
     assert np.allclose(b.predict(12).mean, p.mean, atol=1e-5)
     import torch
 
-    ck = torch.load(path, weights_only=False)
+    ck = torch.load(path, weights_only=True)
     assert ck["version"] == 1 and ck["scaler"]["kind"] == "recent_window" and ck["config"]["window"] == 24
 
 
@@ -82,8 +82,31 @@ def test_loading_a_checkpoint_of_another_version_is_refused(tmp_path, slice_arra
     proto = get_model("lstm", **FAST_PARAMS["lstm"]).fit_fleet(fleet)
     path = tmp_path / "old.pt"
     proto.save(path)
-    ck = torch.load(path, weights_only=False)
+    ck = torch.load(path, weights_only=True)
     ck["version"] = 99
     torch.save(ck, path)
     with pytest.raises(ModelError, match="version 99"):
         GlobalLSTM.load(path)
+
+
+class _RunsCodeWhenUnpickled:
+    """What a writer of the checkpoint storage could plant: unpickling it calls a function."""
+
+    def __reduce__(self):
+        return (print, ("unpickled: this could have been any code",))
+
+
+def test_a_checkpoint_carrying_a_pickled_object_is_refused_without_unpickling_it(tmp_path, slice_arrays, capsys):
+    import torch
+
+    fleet = [(v[-800:], ts[-800:]) for ts, v in list(slice_arrays.values())[:2]]
+    proto = get_model("lstm", **FAST_PARAMS["lstm"]).fit_fleet(fleet)
+    path = tmp_path / "planted.pt"
+    proto.save(path)
+    ck = torch.load(path, weights_only=True)  # what save writes loads without unpickling objects
+    assert isinstance(ck["config"]["train_quantiles"], list) and isinstance(ck["train_report"], dict)
+    ck["train_report"]["note"] = _RunsCodeWhenUnpickled()
+    torch.save(ck, path)
+    with pytest.raises(ModelError, match=r"planted\.pt holds more than tensors and plain data.*weights_only=True"):
+        GlobalLSTM.load(path)
+    assert "unpickled" not in capsys.readouterr().out
