@@ -35,8 +35,8 @@ pytestmark = [pytest.mark.e2e]
 STEP = 60
 BASE, SLOPE_PER_MIN, PEAK = 0.6, 0.6, 3.0
 DAY = 86400
-RAMP_AFTER_S = 120  # the ramp is planned this long after the history ends...
-READY_BEFORE_S = 75 + 30  # ...and needs the forecast published a lead (75 s) + a few syncs ahead of it
+RAMP_AFTER_S = 150  # the ramp is planned this long after the history ends...
+READY_BEFORE_S = 75 + 15  # ...and needs the forecast published a lead (75 s) + a few syncs ahead of it
 ATTEMPTS = 3
 
 
