@@ -9,7 +9,7 @@ DEB_PACKAGES := prometheus redis-server crun runc busybox-static chromium wrk \
   buildah mmdebstrap gcc libc6-dev containerd containernetworking-plugins iptables iproute2 util-linux
 PYTEST_ARGS ?=
 
-.PHONY: run test e2e operator deps venv debs bench clean
+.PHONY: run test e2e operator node cluster images deps venv debs bench clean
 
 run: deps
 	$(VENV)/bin/foresight up
@@ -29,6 +29,21 @@ e2e: deps
 # its Go module by tests/cluster/build_helm.sh and cached in ~/.cache/foresight). `make test` runs them too.
 operator: deps
 	$(PY) -m pytest tests/operator tests/chart $(PYTEST_ARGS)
+
+# The real node alone (tests/node: containerd, CNI, kubelet, kube-proxy joined to the control plane;
+# root). `make test` runs it too.
+node: deps
+	$(PY) -m pytest tests/node $(PYTEST_ARGS)
+
+# The same control plane and node for you to try: prints a kubeconfig path; Ctrl-C stops it and
+# removes what the node made (interfaces, iptables chains, mounts, cgroups).
+cluster: deps
+	$(PY) -m tests.cluster.run_cluster
+
+# The node's images (pause, busybox, a Debian base, foresight's app image; TRAINER=1 adds the
+# trainer image with torch): OCI archives in ~/.cache/foresight/images.
+images: debs
+	bash tests/cluster/build_images.sh $(if $(TRAINER),--trainer)
 
 deps: debs venv
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes control plane (kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl) and etcd from their official Go modules at one pinned version,
+# kube-scheduler, kubectl), etcd, and the node's kubelet and kube-proxy from their official Go modules at one pinned version,
 # and caches the binaries outside the repository, keyed by version. A warm run only checks
 # that the binaries are there and prints their directory.
 #
@@ -18,7 +18,7 @@ K8S_VERSION="${K8S_VERSION:-v1.35.4}"
 CACHE="${FORESIGHT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/foresight}"
 OUT="$CACHE/kubernetes-$K8S_VERSION"
 BIN="$OUT/bin"
-TOOLS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd)
+TOOLS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kubelet kube-proxy)
 
 have_all() { for t in "${TOOLS[@]}"; do [ -x "$BIN/$t" ] || return 1; done; }
 if have_all; then echo "$BIN"; exit 0; fi
@@ -61,10 +61,11 @@ grep -E '^\s+[^k].* => .* v' "$KMOD" | grep -v '=> \./' | sed 's/^\s*/replace /'
 
 log "resolving modules (cold: downloads ~1.5 GB into $(go env GOMODCACHE))"
 PKGS=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
-      k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3)
+      k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3
+      k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy)
 # Each package at the module version pinned above: a bare `go get pkg` would upgrade to latest.
 GOFLAGS=-mod=mod go get "${PKGS[0]}@$K8S_VERSION" "${PKGS[1]}@$K8S_VERSION" "${PKGS[2]}@$K8S_VERSION" \
-  "${PKGS[3]}@$K8S_VERSION" "${PKGS[4]}@$ETCD_VERSION" >&2
+  "${PKGS[3]}@$K8S_VERSION" "${PKGS[4]}@$ETCD_VERSION" "${PKGS[5]}@$K8S_VERSION" "${PKGS[6]}@$K8S_VERSION" >&2
 grep -q "k8s.io/kubernetes $K8S_VERSION" go.mod || { echo "build.sh: go get moved k8s.io/kubernetes off $K8S_VERSION" >&2; exit 4; }
 
 MINOR="${K8S_VERSION#v1.}"; MINOR="${MINOR%%.*}"

@@ -11,8 +11,10 @@ temp dir with:
   per-controller service-account credentials, so the HPA controller reaches the metrics APIs
   under its own RBAC identity as in a real cluster.
 
-There is no kubelet and no container runtime: :class:`KubeletStandIn` writes pod status (the only
-thing a kubelet would add that the tests need), and nodes are plain Node objects.
+Here there is no kubelet and no container runtime: :class:`KubeletStandIn` writes pod status (the
+only thing a kubelet would add that the tests need), and nodes are plain Node objects. A real
+node (tests/cluster/node.py) joins a control plane started with ``service_cidr="198.19.0.0/16"``
+and ``node_lifecycle=True`` instead.
 """
 
 from __future__ import annotations
@@ -69,8 +71,10 @@ def build_binaries(stream=None) -> Path:
 # ------------------------------------------------------------------ certificates
 
 
-def _pki(d: Path) -> dict[str, Path]:
+def _pki(d: Path, service_cidr: str = "10.96.0.0/16") -> dict[str, Path]:
     """Every key and certificate the control plane needs, written under ``d``."""
+    import ipaddress
+
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -81,7 +85,7 @@ def _pki(d: Path) -> dict[str, Path]:
     fp_crt, fp_key, fp, fpkey = write_ca(d, "front-proxy-ca")
     files: dict[str, Path] = {"ca": ca_crt, "ca_key": ca_key, "front_proxy_ca": fp_crt, "front_proxy_ca_key": fp_key}
     sans = ["127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-            "kubernetes.default.svc.cluster.local", "10.96.0.1"]
+            "kubernetes.default.svc.cluster.local", str(ipaddress.ip_network(service_cidr)[1])]
     files["apiserver"], files["apiserver_key"] = write_signed(d, "apiserver", ca, cakey, cn="kube-apiserver", client=False, sans=sans)
     for name, cn, org in [("admin", "kubernetes-admin", "system:masters"),
                           ("kcm", "system:kube-controller-manager", None),
@@ -150,6 +154,10 @@ class ControlPlane:
     bin_dir: Path
     dir: Path
     hpa_sync_seconds: int = 2
+    # A real node (tests/cluster/node.py) wants Services in 198.19.0.0/16, and the node-lifecycle
+    # controller to lift the not-ready taint once its kubelet reports Ready.
+    service_cidr: str = "10.96.0.0/16"
+    node_lifecycle: bool = False
     procs: list[Proc] = field(default_factory=list)
     files: dict[str, Path] = field(default_factory=dict)
     api_port: int = 0
@@ -193,7 +201,7 @@ class ControlPlane:
 
     def _start(self, timeout: float) -> "ControlPlane":
         b = self.bin_dir
-        self.files = f = _pki(self.dir / "pki")
+        self.files = f = _pki(self.dir / "pki", self.service_cidr)
         etcd_port, etcd_peer = free_port(), free_port()
         self.api_port = free_port()
         etcd = self._spawn("etcd", [
@@ -213,7 +221,7 @@ class ControlPlane:
             f"--service-account-key-file={f['sa_pub']}", f"--service-account-signing-key-file={f['sa_key']}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--authorization-mode=RBAC",
-            "--service-cluster-ip-range=10.96.0.0/16",
+            f"--service-cluster-ip-range={self.service_cidr}",
             "--endpoint-reconciler-type=none",
             f"--requestheader-client-ca-file={f['front_proxy_ca']}",
             "--requestheader-allowed-names=front-proxy-client",
@@ -235,7 +243,7 @@ class ControlPlane:
             str(b / "kube-controller-manager"),
             f"--kubeconfig={kcm_cfg}", f"--authentication-kubeconfig={kcm_cfg}", f"--authorization-kubeconfig={kcm_cfg}",
             "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
-            "--controllers=*,-node-lifecycle-controller",
+            "--controllers=*" if self.node_lifecycle else "--controllers=*,-node-lifecycle-controller",
             "--use-service-account-credentials=true",
             f"--service-account-private-key-file={f['sa_key']}", f"--root-ca-file={f['ca']}",
             f"--cluster-signing-cert-file={f['ca']}", f"--cluster-signing-key-file={f['ca_key']}",

@@ -1,0 +1,140 @@
+"""Pods on the real node: Running and Ready, answering HTTP on their 198.18.x address and
+through a ClusterIP Service in 198.19.x (kube-proxy's iptables rules), for the busybox image and
+the foresight app image; and the network rules: no default route in a pod, the FORWARD guard
+first, no masquerade rule but kube-proxy's mark-gated one."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import subprocess
+
+import httpx
+import pytest
+
+from tests.cluster import nodenet
+from tests.cluster.controlplane import wait_for
+
+NS = "node-test"
+
+
+def _deployment(name: str, image: str, command: list[str], port: int, replicas: int, path: str = "/",
+                runtime_class: str | None = None) -> dict:
+    spec: dict = {"containers": [{
+        "name": "web", "image": image, "imagePullPolicy": "Never", "command": command,
+        "ports": [{"containerPort": port}],
+        "readinessProbe": {"httpGet": {"path": path, "port": port}, "periodSeconds": 1},
+    }], "terminationGracePeriodSeconds": 1}
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}}
+
+
+def _service(name: str, port: int) -> dict:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": NS},
+            "spec": {"selector": {"app": name}, "ports": [{"port": 80, "targetPort": port}]}}
+
+
+def _ready_pods(cp, app: str, want: int) -> list[dict]:
+    pods = cp.admin.json(f"/api/v1/namespaces/{NS}/pods", labelSelector=f"app={app}")["items"]
+    ready = [p for p in pods if p["status"].get("phase") == "Running" and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]
+    return ready if len(ready) == want else []
+
+
+def _pod_detail(cp, app: str) -> str:
+    pods = cp.admin.json(f"/api/v1/namespaces/{NS}/pods", labelSelector=f"app={app}")["items"]
+    return json.dumps([{"name": p["metadata"]["name"], "status": p["status"]} for p in pods])[:3000]
+
+
+def _run(cp, node, name: str, image: str, command: list[str], port: int, replicas: int, path: str = "/", **kw):
+    cp.ensure_namespace(NS)
+    r = cp.admin.apply(f"/apis/apps/v1/namespaces/{NS}/deployments/{name}",
+                       _deployment(name, image, command, port, replicas, path, **kw), "node-test")
+    assert r.status_code in (200, 201), r.text
+    r = cp.admin.apply(f"/api/v1/namespaces/{NS}/services/{name}", _service(name, port), "node-test")
+    assert r.status_code in (200, 201), r.text
+    pods = wait_for(f"{replicas} {name} pods Running and Ready", lambda: (node.check_alive(), _ready_pods(cp, name, replicas))[1],
+                    timeout=180, detail=lambda: _pod_detail(cp, name))
+    svc = cp.admin.json(f"/api/v1/namespaces/{NS}/services/{name}")
+    return pods, svc["spec"]["clusterIP"]
+
+
+BUSYBOX_WEB = ["/bin/sh", "-c", "hostname > /www/index.html && exec httpd -f -p 8080 -h /www"]
+
+
+def test_busybox_pods_answer_http_on_their_pod_ips_and_through_a_cluster_ip_service(node):
+    cp = node.cp
+    pods, cluster_ip = _run(cp, node, "web", node.images["busybox"]["ref"], BUSYBOX_WEB, 8080, 3)
+    names = {p["metadata"]["name"] for p in pods}
+    for p in pods:
+        ip = p["status"]["podIP"]
+        assert ipaddress.ip_address(ip) in ipaddress.ip_network(nodenet.NODE_POD_RANGE)
+        assert p["spec"]["nodeName"] == node.name
+        assert httpx.get(f"http://{ip}:8080/", timeout=5).text.strip() == p["metadata"]["name"]
+    assert ipaddress.ip_address(cluster_ip) in ipaddress.ip_network(nodenet.SERVICE_CIDR)
+    # kube-proxy writes the Service's rules within its sync period
+    answers = wait_for("the ClusterIP Service answering", lambda: httpx.get(f"http://{cluster_ip}/", timeout=3).text.strip(),
+                       timeout=60)
+    assert answers in names
+    seen = {httpx.get(f"http://{cluster_ip}/", timeout=3).text.strip() for _ in range(30)}
+    assert seen <= names and len(seen) >= 2, seen  # random endpoint choice: 30 draws of 3
+
+
+def test_the_foresight_app_image_serves_its_health_check_in_a_pod(node):
+    cp = node.cp
+    cmd = ["foresight", "serve", "--store", "memory://", "--plain-http", "--host", "0.0.0.0", "--port", "8080"]
+    pods, cluster_ip = _run(cp, node, "adapter", node.images["app"]["ref"], cmd, 8080, 1, path="/healthz")
+    ip = pods[0]["status"]["podIP"]
+    assert httpx.get(f"http://{ip}:8080/healthz", timeout=5).text == "ok"
+    assert wait_for("the adapter Service", lambda: httpx.get(f"http://{cluster_ip}/healthz", timeout=3).text, timeout=60) == "ok"
+
+
+@pytest.mark.parametrize("handler", ["runc", "crun"])
+def test_a_pod_starts_under_each_runtime_class(node, handler):
+    if handler not in node.runtime_handlers:
+        pytest.fail(f"runtime handler {handler} is not configured on the node: {node.runtime_handlers}")
+    pods, _ = _run(node.cp, node, f"rc-{handler}", node.images["busybox"]["ref"], BUSYBOX_WEB, 8080, 1,
+                   runtime_class=handler)
+    assert pods[0]["spec"]["runtimeClassName"] == handler
+    assert httpx.get(f"http://{pods[0]['status']['podIP']}:8080/", timeout=5).status_code == 200
+
+
+def _container_pid(node, pod_ip: str) -> int:
+    """The host pid of a container whose network namespace holds ``pod_ip`` (read, not sent to)."""
+    for line in node.ctr("tasks", "ls").stdout.splitlines()[1:]:
+        pid = int(line.split()[1])
+        out = subprocess.run(["nsenter", "-t", str(pid), "-n", "ip", "-j", "addr"], capture_output=True, text=True).stdout
+        if pod_ip in out:
+            return pid
+    raise AssertionError(f"no container with {pod_ip}")
+
+
+def test_pods_have_no_default_route_and_the_node_neither_masquerades_nor_forwards_off_the_bridge(node):
+    pods, _ = _run(node.cp, node, "web", node.images["busybox"]["ref"], BUSYBOX_WEB, 8080, 3)
+    pid = _container_pid(node, pods[0]["status"]["podIP"])
+    routes = json.loads(subprocess.run(["nsenter", "-t", str(pid), "-n", "ip", "-j", "route"], capture_output=True,
+                                       text=True, check=True).stdout)
+    assert routes and not [r for r in routes if r["dst"] == "default"], routes
+    assert {r["dst"] for r in routes} <= {nodenet.NODE_POD_RANGE, nodenet.POD_CIDR, nodenet.SERVICE_CIDR}
+    forward = subprocess.run(["iptables", "-w", "-S", "FORWARD"], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert forward[1] == f"-A FORWARD -j {nodenet.GUARD_CHAIN}" or f"-A FORWARD -j {nodenet.GUARD_CHAIN}" in forward
+    nat = subprocess.run(["iptables", "-w", "-t", "nat", "-S"], capture_output=True, text=True, check=True).stdout.splitlines()
+    masq = [ln for ln in nat if "MASQUERADE" in ln]
+    # kube-proxy's rule masquerades only packets it marked (from outside the cluster CIDR: none here)
+    assert all(ln.startswith("-A KUBE-POSTROUTING") for ln in masq), masq
+    routes = subprocess.run(["ip", "-j", "route"], capture_output=True, text=True, check=True).stdout
+    ours = [r for r in json.loads(routes) if r.get("dst", "").startswith(("198.18.", "198.19."))]
+    assert {(r["dst"], r["dev"]) for r in ours} == {(nodenet.NODE_POD_RANGE, nodenet.BRIDGE),
+                                                    (nodenet.SERVICE_CIDR, nodenet.DUMMY)}, ours
+
+
+def test_a_second_node_on_the_same_machine_is_refused_while_one_runs(node, tmp_path):
+    from tests.cluster.node import Node, NodeError
+
+    with pytest.raises(NodeError, match="another foresight node runs on this machine"):
+        Node(node.cp, tmp_path / "second", node.images).start()
+    node.check_alive()
+    assert node.ready()
