@@ -69,6 +69,7 @@ def create_app(
     authenticator: Authenticator | None = None,
     authorizer: Authorizer | None = None,
     scheduler_routes: bool = True,
+    pod_watch: tuple | None = None,
 ) -> FastAPI:
     """Build the adapter app over a forecast store (no module-level state).
 
@@ -76,7 +77,9 @@ def create_app(
     (served as ``observed-direct``); without it, a store outage is a 503 once the cache is
     too old. ``authenticator``/``authorizer``: TokenReview and SubjectAccessReview (delegated
     to the API server; adapter/authz.py). ``scheduler_routes=False`` when the scheduler
-    extender is served on its own port instead (``create_scheduler_app``)."""
+    extender is served on its own port instead (``create_scheduler_app``). ``pod_watch``:
+    (KubeAPI, configured workloads) to divide the ratio by the ready pods the HPA counts now
+    (adapter/readypods.py) instead of the trainer's published count."""
     from forecaster.store import MemoryForecastStore
 
     settings = settings or AdapterSettings()
@@ -90,12 +93,22 @@ def create_app(
     if observed is not None:
         observed._on_error = lambda exc: core.metrics.observed_direct_errors.inc()
 
+    watch = None
+    if pod_watch is not None:
+        from adapter.readypods import PodWatch, workloads_of
+
+        watch = core.ready_pods = PodWatch(pod_watch[0], workloads_of(pod_watch[1], core.cache))
+
     @asynccontextmanager
     async def lifespan(_app):
         core.cache.start()
+        if watch is not None:
+            watch.start()
         try:
             yield
         finally:
+            if watch is not None:
+                watch.stop()
             core.cache.stop()
             if observed is not None:
                 observed.close()

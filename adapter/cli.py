@@ -51,6 +51,12 @@ def register(subparsers) -> None:
                    "(cached --review-cache-seconds), as Kubernetes' aggregated API servers do; in-cluster "
                    "service account unless --kubeconfig")
     p.add_argument("--kubeconfig", help="kubeconfig of the API server that answers the reviews")
+    p.add_argument("--ready-pods", choices=("auto", "watch", "published"), default="auto",
+                   help="what predicted_cpu_load_ratio is divided by: watch = the pods of each workload's scale "
+                   "target that are Running and Ready now, as the HPA counts them (a pod watch: in-cluster "
+                   "service account, or --kubeconfig); published = the count the trainer saw at its last "
+                   "refresh (up to a refresh old: right after a scale-up the HPA over-shoots); auto (default) "
+                   "= watch when those credentials exist")
     p.add_argument("--review-cache-seconds", type=float, default=10.0,
                    help="how long a TokenReview or SubjectAccessReview answer is reused (10 s)")
     p.add_argument("--scheduler-port", type=int, default=0,
@@ -164,6 +170,7 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "token": token,
         "delegated_auth": bool(args.delegated_auth or args.kubeconfig),
         "kubeconfig": args.kubeconfig,
+        "ready_pods": args.ready_pods,
         "review_cache_seconds": args.review_cache_seconds,
         "scheduler_port": args.scheduler_port,
         "scheduler_client_ca": args.scheduler_client_ca,

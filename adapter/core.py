@@ -50,6 +50,7 @@ class AdapterCore:
             receipts=ReceiptTimes(clock),  # ages judged on the clock that judges staleness
         )
         self.metrics.registry.register(ForecastAgeCollector(self))
+        self.ready_pods: Any = None  # adapter.readypods.PodWatch when the adapter watches pods
         self._selectors: dict[str, Any] = {}  # HPAs repeat the same few selectors
         self.group_list = dumps(
             {
@@ -99,9 +100,13 @@ class AdapterCore:
 
     # --- the served value of one workload -------------------------------------------
     def capacity(self, series_id: str, fc: Forecast | None) -> tuple[Any, Any]:
+        """(ready pods, CPU request per pod): the pods the HPA counts now when the pod watch
+        knows them (adapter/readypods.py), else those the trainer published."""
         meta = fc.meta if fc is not None else {}
         conf = self.settings.workload_capacity.get(series_id, {})
-        pods = meta.get("ready_pods", conf.get("ready_pods"))
+        pods = self.ready_pods.count(series_id, meta) if self.ready_pods is not None else None
+        if pods is None:
+            pods = meta.get("ready_pods", conf.get("ready_pods"))
         req = meta.get("cpu_request_cores", conf.get("cpu_request_cores"))
         return pods, req
 
@@ -148,7 +153,9 @@ class AdapterCore:
             sv = served_cores(None, now, ms, observed=obs.cores)
         else:
             conf = self.settings.workload_capacity.get(series_id, {})
-            pods = obs.ready_pods if obs.ready_pods is not None else conf.get("ready_pods")
+            pods = self.ready_pods.count(series_id) if self.ready_pods is not None else None
+            if pods is None:
+                pods = obs.ready_pods if obs.ready_pods is not None else conf.get("ready_pods")
             req = conf.get("cpu_request_cores", obs.cpu_request_cores)
             if pods is None:
                 raise NoData(f"{why}; the ready pod count of {series_id} is unknown (ready_pods query)")

@@ -8,7 +8,7 @@ from typing import Any
 
 from forecaster.errors import UserError
 
-__all__ = ["DEFAULT_STORE", "build_app", "build_auth", "build_demand", "build_settings"]
+__all__ = ["DEFAULT_STORE", "build_app", "build_auth", "build_demand", "build_ready_pods", "build_settings"]
 
 DEFAULT_STORE = "redis://127.0.0.1:6379/0"  # without --store and without a config's store.url
 
@@ -100,6 +100,34 @@ def build_auth(opts: dict[str, Any]):
     return TokenReviewAuthenticator(kube, cache_seconds=ttl), SubjectAccessReviewAuthorizer(kube, cache_seconds=ttl)
 
 
+def build_ready_pods(opts: dict[str, Any]):
+    """(KubeAPI, configured workloads) for the ready-pod watch, or None to divide by the
+    trainer's published ``meta.ready_pods``. ``ready_pods``: ``watch`` (required: the
+    kubeconfig or the in-cluster service account), ``published``, or ``auto`` (the default:
+    watch when either credential is there)."""
+    mode = opts.get("ready_pods", "auto")
+    if mode == "published":
+        return None
+    from adapter.kube import KubeAPI
+
+    if opts.get("kubeconfig"):
+        kube = KubeAPI.from_kubeconfig(opts["kubeconfig"])
+    else:
+        try:
+            kube = KubeAPI.in_cluster()
+        except UserError as exc:
+            if mode == "watch":
+                raise UserError(f"--ready-pods watch: {exc}") from exc
+            return None
+    configured: dict[str, tuple[str, str, str]] = {}
+    if opts.get("config"):
+        from forecaster.config import load_config
+
+        for w in load_config(opts["config"]).workloads:
+            configured[w.series_id] = (w.namespace, w.kind, w.name)
+    return kube, configured
+
+
 def build_app(opts: dict[str, Any]):
     from adapter.app import create_app
     from forecaster.store import open_store
@@ -108,4 +136,4 @@ def build_app(opts: dict[str, Any]):
     demand, od = build_demand(opts)
     authn, authz = build_auth(opts)
     return create_app(settings, open_store(url), demand=demand, observed_direct=od, authenticator=authn,
-                      authorizer=authz, scheduler_routes=not opts.get("scheduler_port"))
+                      authorizer=authz, scheduler_routes=not opts.get("scheduler_port"), pod_watch=build_ready_pods(opts))

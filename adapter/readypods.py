@@ -1,0 +1,293 @@
+"""Ready pods as the HPA controller counts them, read from a watch.
+
+For an External metric with a ``Value`` target the HPA multiplies the served ratio by the pods
+of its scale target that are Running and Ready *at that sync* (``getReadyPodsCount`` in the
+replica calculator). The ratio must be divided by that same count. The trainer's
+``meta.ready_pods`` is up to a refresh old: right after a scale-up from N to 2N it would make the
+HPA ask for about twice what it needs until the next refresh, positive feedback during exactly
+the scale-ups a predictive autoscaler is for.
+
+:class:`PodWatch` keeps, per workload (``namespace/name`` of a Deployment, StatefulSet or
+ReplicaSet), the number of pods matching the workload's own selector with phase Running and the
+Ready condition True, from one list + watch of pods (a resourceVersion-resumed stream, relisted
+on 410 Gone) and the workloads' selectors (re-read every ``resync_seconds``). ``count`` is a dict
+read. Until the first list has completed, or for a workload whose object cannot be read, it
+answers None and the adapter serves with ``meta.ready_pods`` (the documented degradation).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Protocol
+
+log = logging.getLogger("foresight.adapter.readypods")
+
+__all__ = ["PodWatch", "ReadyPods", "label_selector_matches", "pod_counts", "running_and_ready", "workloads_of"]
+
+KIND_PATHS = {"Deployment": "deployments", "StatefulSet": "statefulsets", "ReplicaSet": "replicasets"}
+
+
+class ReadyPods(Protocol):
+    def count(self, series_id: str, meta: Mapping[str, Any] | None = None) -> int | None:
+        """Ready pods of the workload's scale target now, or None when not known (``meta``: the
+        forecast's, naming the workload's namespace, kind and name)."""
+
+
+def label_selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """A Kubernetes LabelSelector (matchLabels, matchExpressions) against a pod's labels; an
+    empty or missing selector matches nothing (as for a workload's pods)."""
+    if not selector:
+        return False
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, values = e.get("key"), e.get("operator"), set(e.get("values") or [])
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return bool(selector.get("matchLabels") or selector.get("matchExpressions"))
+
+
+def running_and_ready(pod: Mapping[str, Any]) -> bool:
+    """What the HPA counts: phase Running and condition Ready True."""
+    st = pod.get("status") or {}
+    if st.get("phase") != "Running":
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or [])
+
+
+def pod_counts(pods: Iterable[Mapping[str, Any]], selectors: Mapping[str, tuple[str, Mapping[str, Any]]]) -> dict[str, int]:
+    """series id -> ready pods, for ``selectors`` (series id -> (namespace, selector))."""
+    out = {sid: 0 for sid in selectors}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if not running_and_ready(pod):
+            continue
+        for sid, (ns, sel) in selectors.items():
+            if meta.get("namespace") == ns and label_selector_matches(sel, meta.get("labels") or {}):
+                out[sid] += 1
+    return out
+
+
+@dataclass
+class _State:
+    pods: dict[str, dict] = field(default_factory=dict)  # uid -> pod (metadata and status only)
+    selectors: dict[str, tuple[str, Mapping[str, Any]]] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    synced: bool = False
+
+
+class PodWatch:
+    """Ready pods per workload from a list + watch of pods (see the module doc).
+
+    kube: an ``adapter.kube.KubeAPI`` (its server, TLS context and token); workloads: a
+    callable returning series id -> (namespace, kind, name), re-read at every resync.
+    """
+
+    def __init__(self, kube, workloads: Callable[[], Mapping[str, tuple[str, str, str]]],
+                 resync_seconds: float = 30.0, timeout_seconds: float = 10.0) -> None:
+        self.kube = kube
+        self.workloads = workloads
+        self.resync_seconds = float(resync_seconds)
+        self.timeout = float(timeout_seconds)
+        self._st = _State()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._client: Any = None
+        self._lookups: Any = None  # the request path's own client (the watch's is streaming)
+        self._missing: dict[str, float] = {}  # series id -> when its workload could not be read
+        self._extra: dict[str, tuple[str, str, str]] = {}  # workloads first seen by count()
+        self.errors = 0
+
+    # --- what the adapter reads -------------------------------------------------------
+    def count(self, series_id: str, meta: Mapping[str, Any] | None = None) -> int | None:
+        st = self._st
+        if not st.synced:
+            return None
+        if series_id not in st.selectors and not self._resolve(series_id, meta or {}):
+            return None
+        return self._st.counts.get(series_id)
+
+    def _resolve(self, series_id: str, meta: Mapping[str, Any]) -> bool:
+        """Read a workload's selector the first time it is asked for (a workload created after
+        the last resync must not be divided by a stale count during its first scale-up)."""
+        now = time.monotonic()
+        if now - self._missing.get(series_id, -math.inf) < self.resync_seconds:
+            return False
+        ns, _, name = series_id.partition("/")
+        target = (str(meta.get("namespace", ns)), str(meta.get("kind", "Deployment")), str(meta.get("workload", name)))
+        try:
+            sel = self._selector(*target)
+        except Exception as exc:  # noqa: BLE001 - served with the published count meanwhile
+            log.warning("pod watch: the selector of %s: %s: %s", series_id, exc.__class__.__name__, exc)
+            sel = None
+        if sel is None:
+            self._missing[series_id] = now
+            return False
+        with self._lock:
+            self._extra[series_id] = target
+            self._st.selectors = {**self._st.selectors, series_id: (target[0], sel)}
+            self._recount()
+        return True
+
+    @property
+    def synced(self) -> bool:
+        return self._st.synced
+
+    # --- the loop ----------------------------------------------------------------------
+    def start(self) -> "PodWatch":
+        self._thread = threading.Thread(target=self._run, name="foresight-pod-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.timeout + 5)
+        for c in (self._client, self._lookups):
+            if c is not None:
+                c.close()
+
+    def _http(self, lookup: bool = False):
+        import httpx
+
+        ssl_ctx = self.kube._ssl if self.kube._ssl is not None else False
+        if lookup:
+            if self._lookups is None:
+                self._lookups = httpx.Client(verify=ssl_ctx, timeout=self.timeout)
+            client = self._lookups
+        else:
+            if self._client is None:
+                self._client = httpx.Client(verify=ssl_ctx, timeout=httpx.Timeout(self.timeout, read=self.resync_seconds + 10))
+            client = self._client
+        token = self.kube._bearer()
+        return client, ({"Authorization": f"Bearer {token}"} if token else {})
+
+    def _selector(self, ns: str, kind: str, name: str, lookup: bool = True) -> Mapping[str, Any] | None:
+        res = KIND_PATHS.get(kind)
+        if res is None:
+            return None
+        obj = self._get(f"/apis/apps/v1/namespaces/{ns}/{res}/{name}", lookup)
+        return ((obj or {}).get("spec") or {}).get("selector") or None
+
+    def _get(self, path: str, lookup: bool = False) -> dict | None:
+        client, headers = self._http(lookup)
+        r = client.get(self.kube.server + path, headers=headers)
+        if r.status_code == 404:
+            return None
+        r.raise_for_status()
+        return r.json()
+
+    def _run(self) -> None:
+        rv = None
+        while not self._stop.is_set():
+            try:
+                self._resync_selectors()
+                if rv is None:
+                    rv = self._list()
+                rv = self._watch(rv)
+            except Exception as exc:  # noqa: BLE001 - the adapter keeps serving with meta.ready_pods
+                self.errors += 1
+                log.warning("pod watch: %s: %s (serving with the published ready_pods until it recovers)",
+                            exc.__class__.__name__, exc)
+                rv = None
+                self._stop.wait(min(5.0, self.resync_seconds))
+
+    def _resync_selectors(self) -> None:
+        sels: dict[str, tuple[str, Mapping[str, Any]]] = {}
+        for sid, (ns, kind, name) in {**self._extra, **dict(self.workloads())}.items():
+            sel = self._selector(ns, kind, name, lookup=False)
+            if sel:
+                sels[sid] = (ns, sel)
+        with self._lock:
+            if sels != self._st.selectors:
+                self._st.selectors = sels
+                self._recount()
+
+    def _list(self) -> str:
+        body = self._get("/api/v1/pods") or {}
+        pods = {}
+        for p in body.get("items") or []:
+            uid = (p.get("metadata") or {}).get("uid")
+            if uid:
+                pods[uid] = _slim(p)
+        with self._lock:
+            self._st.pods = pods
+            self._recount()
+            self._st.synced = True
+        return str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _watch(self, rv: str) -> str | None:
+        """Apply watch events until the server closes the stream (after about a resync);
+        returns the resourceVersion to resume from, or None to relist (410 Gone)."""
+        client, headers = self._http()
+        params = {"watch": "1", "resourceVersion": rv, "allowWatchBookmarks": "true",
+                  "timeoutSeconds": str(int(self.resync_seconds))}
+        with client.stream("GET", self.kube.server + "/api/v1/pods", params=params, headers=headers) as r:
+            if r.status_code == 410:
+                return None
+            r.raise_for_status()
+            for line in r.iter_lines():
+                if self._stop.is_set():
+                    return rv
+                if not line:
+                    continue
+                ev = json.loads(line)
+                obj = ev.get("object") or {}
+                typ = ev.get("type")
+                if typ == "ERROR":
+                    return None if obj.get("code") == 410 else rv
+                meta = obj.get("metadata") or {}
+                rv = str(meta.get("resourceVersion") or rv)
+                if typ == "BOOKMARK" or not meta.get("uid"):
+                    continue
+                with self._lock:
+                    if typ == "DELETED":
+                        self._st.pods.pop(meta["uid"], None)
+                    else:
+                        self._st.pods[meta["uid"]] = _slim(obj)
+                    self._recount()
+        return rv
+
+    def _recount(self) -> None:
+        # a new dict, swapped in whole: count() reads without the lock
+        self._st.counts = pod_counts(self._st.pods.values(), self._st.selectors)
+
+
+def _slim(pod: Mapping[str, Any]) -> dict:
+    """What counting needs of a pod (namespace, labels, phase, conditions)."""
+    meta = pod.get("metadata") or {}
+    st = pod.get("status") or {}
+    return {"metadata": {"namespace": meta.get("namespace"), "labels": dict(meta.get("labels") or {})},
+            "status": {"phase": st.get("phase"),
+                       "conditions": [{"type": c.get("type"), "status": c.get("status")} for c in st.get("conditions") or []]}}
+
+
+def workloads_of(configured: Mapping[str, tuple[str, str, str]], cache) -> Callable[[], dict[str, tuple[str, str, str]]]:
+    """series id -> (namespace, kind, name) of every workload the adapter serves: the configured
+    ones, and those whose forecasts it holds (their published meta)."""
+
+    def read() -> dict[str, tuple[str, str, str]]:
+        out = dict(configured)
+        for fc in cache.forecasts():
+            ns, _, name = fc.series_id.partition("/")
+            meta = fc.meta or {}
+            if meta.get("metric"):  # a declared metric's series: its workload's own entry counts
+                continue
+            out[fc.series_id] = (str(meta.get("namespace", ns)), str(meta.get("kind", "Deployment")),
+                                 str(meta.get("workload", name)))
+        return out
+
+    return read
