@@ -37,15 +37,6 @@ REACTIVE_TARGETS = (0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7)
 REACTIVE_WINDOWS = (300, None)
 
 
-def data_dir() -> Path:
-    try:
-        from bench.common import data_dir as dd  # shared helper when present
-
-        return Path(dd())
-    except Exception:
-        return Path(os.environ.get("FORESIGHT_DATA_DIR", ROOT.parent / "shared" / "data"))
-
-
 def _pipeline(training: dict | None = None, serving: dict | None = None):
     """A production PipelineConfig: the defaults, with workload-config overrides by name."""
     from forecaster.config import TrainingConfig
@@ -90,12 +81,13 @@ def in_part(series_id: str, part: str) -> bool:
     return (int(hashlib.sha1(series_id.encode()).hexdigest()[:8], 16) % 2 == 0) == (part == "tune")
 
 
-def load_series(min_days: float = 21.0, part: str = "all"):
+def load_series(min_days: float = 21.0, part: str = "all", quick: bool = False):
+    from bench.common import cpu_files
     from forecaster.frames import series_arrays
     from forecaster.sources.csv import read_long_csv
 
     out = []
-    for f in sorted((data_dir() / "cpu").glob("*.csv.gz")):
+    for f in cpu_files(quick):
         for sid, ts, v in series_arrays(read_long_csv(f)):
             if ts[-1] - ts[0] >= min_days * 86400 and in_part(sid, part):
                 out.append((sid, ts.astype("int64"), v))
@@ -319,14 +311,15 @@ def plot_examples(df: pd.DataFrame, per: dict, series, variants: dict, startup_k
 
 
 def main(argv=None) -> int:
+    from bench.common import add_quick_args, results_dir
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--every", type=int, default=1, help="replay every N-th series (tuning)")
     ap.add_argument("--offset", type=int, default=0, help="start the every-N-th selection at this series (a second tuning subset)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--part", default="all", choices=["all", "tune", "holdout"],
                     help="tune: the series whose SHA-1(id) is even (defaults are chosen on them); holdout: the others (the headline)")
-    ap.add_argument("--quick", action="store_true", help="one series, two replayed days, one worker, no example plots (CI)")
-    ap.add_argument("--out", type=Path, default=RESULTS, help="where the results go (default bench/results)")
+    add_quick_args(ap, "one bundled series, two replayed days, one worker, no example plots")
     ap.add_argument("--variants", default="main", choices=["main", "costs", "states", "reference", "windows", "margins"],
                     help="main: ours (a default deployment) and ours+warm; costs: main plus two other "
                          "serving.violation_cost_pods settings; states: main plus one headroom at all times "
@@ -343,11 +336,11 @@ def main(argv=None) -> int:
                 "reference": {**MAIN_VARIANTS, **REFERENCE_VARIANTS},
                 "windows": {"ours": MAIN_VARIANTS["ours"], **WINDOW_VARIANTS},
                 "margins": {**MAIN_VARIANTS, **MARGIN_VARIANTS}}[args.variants]
-    series = load_series(part=args.part)[args.offset :: args.every]
+    series = load_series(part=args.part, quick=args.quick)[args.offset :: args.every]
     replay_days = None
     if args.quick:
         series, replay_days, args.workers = series[:1], 2.0, 1
-    results = args.out
+    results = results_dir(args)
     print(f"replaying {len(series)} series with {len(variants)} predictive variants, {len(REACTIVE_TARGETS)} reactive targets, oracle")
     t_start = time.time()
     jobs = [(sid, ts, v, variants, args.startup, replay_days) for sid, ts, v in series]
