@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from forecaster.serving import ServingPolicy
+from forecaster.servingpolicy import BelowObserved
 from forecaster.servingscore import peak_gap
 from forecaster.store import Forecast
 
@@ -197,6 +198,8 @@ def policy_of(fc: Forecast) -> tuple[ServingPolicy | None, str]:
     """The serving policy a forecast carries, and a note when it had to be ignored."""
     try:
         return ServingPolicy.from_dict(fc.policy), ""
+    except BelowObserved as exc:
+        return None, f"published policy refused: {exc}"
     except ValueError as exc:
         return None, f"; published policy ignored ({exc})"
 
@@ -222,6 +225,8 @@ def served_cores(
             obs, f"forecast is stale ({age:.0f} s old > {settings.max_forecast_age_seconds:.0f} s)"
         )
     policy, note = policy_of(fc)
+    if note.startswith("published policy refused"):
+        return _fallback(obs, note)
     gap = gap_of(fc) if policy is not None and policy.gap_edges else None  # only a policy with states reads it
     if fc.status == "fallback":
         m, k = (policy.headroom_at(gap or 0.0, fallback=True), policy.fallback_hold) if policy is not None else (1.0, 1)

@@ -31,7 +31,7 @@ serving:                              # optional: how each workload's serving po
   slo_utilization: 0.9
   history_days: 7                     # how much history the choice scores
   holds: [1]                          # observed floor = max of the last k samples; [1, 2, 3]: k chosen per workload
-  model_margin: 0.1                   # the model is served only when it costs 10% less than persistence
+  model_margin: 0                     # >0: the model must save this share of what a forecast can save
   peak_gap_states: 5                  # headroom per state of demand below its recent peak; 1: one headroom
 workloads:
   - namespace: shop

@@ -91,7 +91,7 @@ class ServingSettings:
     history_days: float = 7.0
     allow_below_observed: bool = False
     holds: tuple[int, ...] = DEFAULT_HOLDS
-    model_margin: float = 0.1
+    model_margin: float = 0.0
     peak_gap_states: int = DEFAULT_GAP_STATES
 
     def problems(self, path: str = "serving", published: Sequence[str] | None = None) -> list[str]:
@@ -279,7 +279,8 @@ def choose_policy(
     return ServingPolicy(source=src, quantile=settings.quantiles[-1] if src == "persistence" else q, headroom=max(m),
                          fallback_headroom=max(fb[3]), chosen_at=chosen_at, reason=reason, costs=costs,
                          hold=k, fallback_hold=fb[2], gap_edges=edges if stated else (),
-                         headrooms=m if stated else (), fallback_headrooms=fb[3] if stated else ())
+                         headrooms=m if stated else (), fallback_headrooms=fb[3] if stated else (),
+                         below_observed=min(*m, *fb[3]) < 1)
 
 
 def policy_from_model(

@@ -10,12 +10,17 @@ from typing import Any, Mapping
 
 from forecaster.servingscore import OBSERVED_POINTS, gap_state
 
-__all__ = ["MAX_HOLD", "POLICY_VERSION", "READABLE_VERSIONS", "SOURCES", "ServingPolicy"]
+__all__ = ["MAX_HOLD", "POLICY_VERSION", "READABLE_VERSIONS", "SOURCES", "BelowObserved", "ServingPolicy"]
 
 POLICY_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)  # version 1 had no hold: it reads as hold 1; 2 had no headroom states
 MAX_HOLD = OBSERVED_POINTS  # a hold reads the published observed samples
 SOURCES = ("model", "persistence")
+
+
+class BelowObserved(ValueError):
+    """A published policy whose headroom would serve less than the observed demand, without the
+    ``allow_below_observed`` it was chosen with: the reader serves the observed value."""
 
 
 def _num(v: Any) -> bool:
@@ -49,6 +54,7 @@ class ServingPolicy:
     gap_edges: tuple[float, ...] = ()
     headrooms: tuple[float, ...] = ()
     fallback_headrooms: tuple[float, ...] = ()
+    below_observed: bool = False  # chosen with serving.allow_below_observed: headrooms < 1 allowed
 
     def headroom_at(self, gap: float, fallback: bool = False) -> float:
         """The multiplier for demand ``gap`` below its recent peak (``servingscore.peak_gap``):
@@ -65,6 +71,7 @@ class ServingPolicy:
             "fallback_hold": self.fallback_hold, "chosen_at": self.chosen_at, "reason": self.reason,
             "costs": dict(self.costs), "gap_edges": list(self.gap_edges), "headrooms": list(self.headrooms),
             "fallback_headrooms": list(self.fallback_headrooms),
+            **({"allow_below_observed": True} if self.below_observed else {}),
         }
 
     @classmethod
@@ -82,9 +89,15 @@ class ServingPolicy:
                 or not _whole(k, 1, MAX_HOLD) or not _whole(fk, 1, MAX_HOLD):
             raise ValueError(f"invalid serving policy {dict(d)!r}")
         costs = d.get("costs") or {}
+        states = _states(d)
+        below = d.get("allow_below_observed") is True
+        low = min([float(m), float(fm), *states[1], *states[2]])
+        if low < 1 and not below:
+            raise BelowObserved(f"headroom x{low:g} is below 1: it would serve less than the observed demand, and the "
+                                "policy was not chosen with serving.allow_below_observed")
         return cls(src, q, float(m), float(fm), POLICY_VERSION, d.get("chosen_at"), str(d.get("reason", "")),
                    {str(k_): float(v) for k_, v in costs.items()} if isinstance(costs, Mapping) else {}, int(k), int(fk),
-                   *_states(d))
+                   *states, below)
 
 
 def _states(d: Mapping[str, Any]) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:

@@ -107,10 +107,12 @@ def test_a_forecast_of_a_rare_daily_peak_is_served_although_it_saves_little_of_t
     y = np.where(into < 1200, np.minimum(0.6 + 0.6 * into / 60, 3.0), 0.6)
     o = np.arange(1440, len(y) - 1)
     perfect = {"p50": y[o + 1], "p90": y[o + 1]}
-    pol = choose_policy(exposure(y, o), y[o], perfect, 0.5, ServingSettings(), step_minutes=1.0, gaps=peak_gaps(y, o))
-    assert pol.source == "model", pol.reason
+    for margin in (0.0, 0.1, 0.25):  # the default, and margins a cautious user may set
+        pol = choose_policy(exposure(y, o), y[o], perfect, 0.5, ServingSettings(model_margin=margin), step_minutes=1.0,
+                            gaps=peak_gaps(y, o))
+        assert pol.source == "model", (margin, pol.reason)
     total_saving = 1 - pol.costs["p50"] / pol.costs["persistence"]
-    assert total_saving < ServingSettings().model_margin, pol.costs  # the old rule's bar was not met
+    assert total_saving < 0.1, pol.costs  # a 10% margin on the total cost was not met
 
 
 def test_too_little_history_or_no_capacity_gives_the_documented_default():
@@ -159,6 +161,24 @@ def _fc(policy: dict | None, status="ok", q90=12.0, obs=10.0, generated=T0):
 
 def _pol(**kw) -> dict:
     return ServingPolicy(**kw).to_dict()
+
+
+def test_a_published_policy_that_would_serve_below_observed_is_refused_unless_chosen_so():
+    S = MetricSettings()
+    low = _pol(quantile="p50", headroom=0.8)  # x0.8 of max(10, 10): 8 < observed 10
+    sv = served_cores(_fc(low), T0, S)
+    assert sv.source == "observed" and sv.value == pytest.approx(10.0) and "refused" in sv.reason
+    assert "allow_below_observed" in sv.reason  # the setting that would allow it
+    states = _pol(quantile="p50", headroom=1.2, gap_edges=(0.1,), headrooms=(1.2, 0.9), fallback_headrooms=(1.0, 1.0))
+    assert "refused" in served_cores(_fc(states), T0, S).reason  # a state's headroom counts too
+    allowed = ServingPolicy(quantile="p50", headroom=0.8, below_observed=True).to_dict()
+    assert served_cores(_fc(allowed), T0, S, observed=9.0).value == pytest.approx(8.0)  # 0.8 x p50 10
+    # the chooser marks what it chose with allow_below_observed, so it reads back
+    n = 200
+    flat = np.full(n, 10.0)
+    pol = choose_policy(flat, flat, {"p50": flat}, 1.0, ServingSettings(quantiles=("p50",), headrooms=(0.9, 1.0),
+                                                                          allow_below_observed=True, violation_cost_pods=0))
+    assert min(pol.headrooms or (pol.headroom,)) == 0.9 and ServingPolicy.from_dict(pol.to_dict()).below_observed
 
 
 def test_the_adapter_applies_the_published_policy():
