@@ -30,6 +30,7 @@ COMMAND_MODULES = [
     "warmpool.cli",
     "replay.cli",
     "kubeoperator.cli",
+    "foresight.loaddriver",
 ]
 
 
