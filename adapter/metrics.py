@@ -211,12 +211,13 @@ def served_cores(
     observed: float | None = None,
 ) -> ServedValue:
     """Predicted CPU demand in cores (``predicted_cpu_cores``, HPA target type AverageValue)."""
+    old = None
     if observed is not None:
         obs = _finite_non_negative(observed)
     else:
         obs = observed_now(fc)
         if obs is not None and now - fc.observed[-1][0] > settings.max_observed_age_seconds:
-            obs = None  # an hour-old observation is no better than a stale forecast
+            old, obs = now - fc.observed[-1][0], None  # an hour-old observation is no better than a stale forecast
     if fc is None:
         return _fallback(obs, "no forecast published")
     age = now - fc.generated_at
@@ -224,6 +225,9 @@ def served_cores(
         return _fallback(
             obs, f"forecast is stale ({age:.0f} s old > {settings.max_forecast_age_seconds:.0f} s)"
         )
+    if old is not None:  # a forecast carried forward from samples that stopped is no fresher than they are
+        return _fallback(obs, f"the forecast's newest observed sample is {old:.0f} s old "
+                              f"(> {settings.max_observed_age_seconds:.0f} s): its demand source stopped delivering")
     policy, note = policy_of(fc)
     if note.startswith("published policy refused"):
         return _fallback(obs, note)

@@ -398,3 +398,15 @@ def test_rest_and_the_dashboard_show_a_policys_headroom_states():
         assert d["serving_policy"]["headrooms"] == [1.0, 1.2, 1.5] and d["serving_policy"]["gap_edges"] == [0.0, 0.3]
         page = c.get("/").text
         assert "x1/1.2/1.5 by peak gap (&lt;=0, &lt;=0.3, more)" in page and "fallback x1/1.1/1.4" in page
+
+
+def test_a_fresh_forecast_from_samples_that_stopped_is_not_served_without_its_floor():
+    from adapter.metrics import NoData
+
+    S = MetricSettings()
+    fc = make_forecast("a/b", origin=T0 - 400, step_seconds=300, mean=[4.0] * 12, quantiles={"p90": [4.0] * 12},
+                       model="ar", generated_at=T0, observed=((T0 - S.max_observed_age_seconds - 60, 10.0),))
+    with pytest.raises(NoData, match="stopped delivering"):  # the HPA keeps its CPU metric; nothing below 10 is served
+        served_cores(fc, T0, S)
+    sv = served_cores(fc, T0, S, observed=10.0)  # observed read directly from the source: floored as usual
+    assert sv.value >= 10.0
