@@ -14,6 +14,7 @@ from typing import Any
 
 from adapter.factory import DEFAULT_STORE, build_app, build_settings
 from forecaster.errors import UserError
+from forecaster.timing import TIMING
 
 log = logging.getLogger("foresight.adapter")
 
@@ -65,9 +66,11 @@ def register(subparsers) -> None:
     p.add_argument("--scheduler-client-ca", help="with --scheduler-port: require a client certificate signed "
                    "by this CA (the scheduler's extender tlsConfig certFile/keyFile)")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
-    p.add_argument("--lead-seconds", type=float, default=75.0, help="lead window: pod start-up + one HPA sync (75)")
+    p.add_argument("--lead-seconds", type=float, default=TIMING.lead_seconds,
+                   help=f"lead window: pod start-up + one HPA sync ({TIMING.lead_seconds:g})")
     p.add_argument("--quantile", default="p90", help="published quantile to serve (p90; 'mean' allowed)")
-    p.add_argument("--max-forecast-age", type=float, default=300.0, help="older forecasts are stale (300 s)")
+    p.add_argument("--max-forecast-age", type=float, default=TIMING.max_forecast_age_seconds,
+                   help=f"older forecasts are stale ({TIMING.max_forecast_age_seconds:g} s)")
     p.add_argument("--no-observed-floor", action="store_true", help="serve the prediction even below observed demand")
     p.add_argument("--cache-ttl", type=float, default=2.0, help="per-process cache TTL over the store (2 s)")
     p.add_argument("--cache-max-stale", type=float, default=30.0,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from forecaster.errors import UserError
+from forecaster.timing import TIMING
 
 __all__ = ["DEFAULT_STORE", "build_app", "build_auth", "build_demand", "build_ready_pods", "build_settings"]
 
@@ -40,9 +41,9 @@ def build_settings(opts: dict[str, Any]):
         store_url = store_url or cfg.store.url
     try:
         metric = MetricSettings(
-            lead_seconds=float(opts.get("lead_seconds", 75.0)),
+            lead_seconds=float(opts.get("lead_seconds", TIMING.lead_seconds)),
             quantile=str(opts.get("quantile", "p90")),
-            max_forecast_age_seconds=float(opts.get("max_forecast_age_seconds", 300.0)),
+            max_forecast_age_seconds=float(opts.get("max_forecast_age_seconds", TIMING.max_forecast_age_seconds)),
             observed_floor=bool(opts.get("observed_floor", True)),
         )
     except ValueError as exc:

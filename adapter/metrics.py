@@ -37,6 +37,7 @@ from forecaster.serving import ServingPolicy
 from forecaster.servingpolicy import BelowObserved
 from forecaster.servingscore import peak_gap
 from forecaster.store import Forecast
+from forecaster.timing import TIMING
 
 __all__ = [
     "MetricSettings",
@@ -63,12 +64,12 @@ class MetricSettings:
     observed_floor: serve max(predicted, observed) rather than the prediction alone.
     """
 
-    lead_seconds: float = 75.0
+    lead_seconds: float = TIMING.lead_seconds
     quantile: str = "p90"
-    max_forecast_age_seconds: float = 300.0
+    max_forecast_age_seconds: float = TIMING.max_forecast_age_seconds
     observed_floor: bool = True
     # the fallback value must itself be recent: an observation older than this is not served
-    max_observed_age_seconds: float = 900.0
+    max_observed_age_seconds: float = TIMING.max_observed_age_seconds
 
     def __post_init__(self) -> None:
         problems = []

@@ -31,6 +31,8 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from forecaster.timing import TIMING  # noqa: E402
+
 RESULTS = ROOT / "bench" / "results"
 REACTIVE_TARGETS = (0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7)
 # the reactive frontier's scale-down windows: Kubernetes' default and the shipped predictive HPA's
@@ -112,7 +114,7 @@ def _replay_one(args):
 
     from replay.simulate import PREDICTIVE_SCALE_DOWN_WINDOW_SECONDS
 
-    base = ReplayConfig(startup=StartupModel(startup_kind, 60.0), **({"replay_days": replay_days} if replay_days else {}))
+    base = ReplayConfig(startup=StartupModel(startup_kind, TIMING.pod_startup_seconds), **({"replay_days": replay_days} if replay_days else {}))
     world = make_world(sid, ts, v, base)
     rows = []
     for window in REACTIVE_WINDOWS:
@@ -288,7 +290,7 @@ def plot_examples(df: pd.DataFrame, per: dict, series, variants: dict, startup_k
     rows["excess"] = rows["ours_slo"] - rows["reactive_equal_cost_slo"]
     pick = list(rows.sort_values("excess", ascending=False).head(3).series_id) + list(rows.sort_values("excess").head(1).series_id)
     by_id = {sid: (ts, v) for sid, ts, v in series}
-    base = ReplayConfig(startup=StartupModel(startup_kind, 60.0))
+    base = ReplayConfig(startup=StartupModel(startup_kind, TIMING.pod_startup_seconds))
     mode, tr, sv = variants["ours"][:3]
     out = []
     for sid in pick:

@@ -39,6 +39,7 @@ import numpy as np
 from forecaster.servingpolicy import MAX_HOLD, POLICY_VERSION, SOURCES, ServingPolicy, _num, _whole
 from forecaster.servingscore import (clairvoyant_cost, cross_fitted_offsets, exposure, gap_edges, gap_state, held_floor,
                                      peak_gaps, violation_minutes, window_means)
+from forecaster.timing import TIMING
 
 __all__ = ["MAX_HOLD", "POLICY_VERSION", "SOURCES", "ServingPolicy", "ServingSettings", "choose_policy", "policy_from_model",
            "DEFAULT_HEADROOMS", "DEFAULT_HOLDS"]
@@ -86,8 +87,8 @@ class ServingSettings:
     quantiles: tuple[str, ...] = ("p50", "p90")
     sources: tuple[str, ...] = SOURCES
     headrooms: tuple[float, ...] = DEFAULT_HEADROOMS
-    target_value: float = 0.7
-    slo_utilization: float = 0.9
+    target_value: float = TIMING.hpa_target
+    slo_utilization: float = TIMING.slo_utilization
     history_days: float = 7.0
     allow_below_observed: bool = False
     holds: tuple[int, ...] = DEFAULT_HOLDS

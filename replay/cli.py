@@ -6,6 +6,7 @@ import argparse
 
 from forecaster.engine import add_engine_arguments, engine_from_args
 from forecaster.errors import UserError
+from forecaster.timing import TIMING
 
 DEFAULT_MODES = "reactive,predictive,predictive+warm,oracle"
 
@@ -27,9 +28,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--startup-s", type=float, default=60.0, help="median pod start-up seconds (default 60)")
     p.add_argument("--startup-dist", choices=["lognormal", "constant"], default="lognormal",
                    help="start-up distribution around the median (default lognormal, sigma 0.35; constant = the reference)")
-    p.add_argument("--delay-s", type=float, default=90.0, help="metric pipeline delay of the observed CPU (default 90)")
-    p.add_argument("--target", type=float, default=0.7, help="HPA target: CPU utilization of the reactive mode, Value of the others (default 0.7)")
-    p.add_argument("--lead-s", type=float, default=75.0, help="how far ahead the predicted metric looks (default 75 = start-up + one sync)")
+    p.add_argument("--delay-s", type=float, default=TIMING.metric_delay_seconds,
+                   help=f"metric pipeline delay of the observed CPU (default {TIMING.metric_delay_seconds:g})")
+    p.add_argument("--target", type=float, default=TIMING.hpa_target,
+                   help=f"HPA target: CPU utilization of the reactive mode, Value of the others (default {TIMING.hpa_target:g})")
+    p.add_argument("--lead-s", type=float, default=TIMING.lead_seconds,
+                   help=f"how far ahead the predicted metric looks (default {TIMING.lead_seconds:g} = start-up + one sync)")
     p.add_argument("--config", metavar="WORKLOADS.yaml",
                    help="take the training: and serving: sections from this workload config (the settings your "
                         "deployment runs); default: a default deployment's")

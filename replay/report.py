@@ -12,6 +12,8 @@ from typing import Sequence
 
 import numpy as np
 
+from forecaster.timing import TIMING
+
 SUMMARY_COLUMNS = [
     "series_id",
     "mode",
@@ -71,7 +73,7 @@ def series_figure(world, results: dict, zoom_hours: float | None = None) -> str:
     sl = slice(None)
     if zoom_hours:
         ref = results.get("reactive") or next(iter(results.values()))
-        viol = world.demand > 0.9 * ref.ready
+        viol = world.demand > TIMING.slo_utilization * ref.ready
         # the 'zoom_hours' window with the most reactive violations
         w = int(zoom_hours * 3600 / max(1, int(world.t[1] - world.t[0])))
         if len(viol) > w:
@@ -87,7 +89,7 @@ def series_figure(world, results: dict, zoom_hours: float | None = None) -> str:
         ax.plot(tt, d, color="0.2", lw=0.8, label="demand (cores)")
         ax.step(tt, cap, where="post", color=MODE_COLORS.get(mode, "tab:purple"), lw=1.0, label="ready capacity")
         ax.step(tt, rep, where="post", color=MODE_COLORS.get(mode, "tab:purple"), lw=0.7, ls="--", alpha=0.7, label="replicas (all pods)")
-        bad = d > 0.9 * cap
+        bad = d > TIMING.slo_utilization * cap
         if bad.any():
             ax.plot(tt[bad], d[bad], "o", ms=2, color="orange", label="SLO violation")
         ax.set_ylabel(mode, fontsize=9)

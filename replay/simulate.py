@@ -41,6 +41,7 @@ from typing import Sequence
 
 import numpy as np
 
+from forecaster.timing import TIMING
 from replay.hpa import (
     DEFAULT_SCALE_DOWN,
     HPA,
@@ -75,7 +76,7 @@ class StartupModel:
     """Pod start-up time: ``constant`` (= median) or ``lognormal`` (median, sigma of the log)."""
 
     kind: str = "lognormal"
-    median_seconds: float = 60.0
+    median_seconds: float = TIMING.pod_startup_seconds
     sigma: float = 0.35
     min_seconds: float = 5.0
 
@@ -94,17 +95,17 @@ class StartupModel:
 
 @dataclass(frozen=True)
 class ReplayConfig:
-    step_seconds: int = 15
-    delay_seconds: float = 90.0
-    lead_seconds: float = 75.0
-    target: float = 0.7  # HPA target of the mode (utilization fraction or Value)
-    anchor_target: float = 0.7  # sizes the workload: p99 needs pods_at_p99 pods at this target
+    step_seconds: int = int(TIMING.hpa_sync_seconds)
+    delay_seconds: float = TIMING.metric_delay_seconds
+    lead_seconds: float = TIMING.lead_seconds
+    target: float = TIMING.hpa_target  # HPA target of the mode (utilization fraction or Value)
+    anchor_target: float = TIMING.hpa_target  # sizes the workload: p99 needs pods_at_p99 pods at this target
     pods_at_p99: float = 20.0
     cpu_request_cores: float = 1.0
     min_replicas: int = 1
     max_replicas: int = 100
     startup: StartupModel = field(default_factory=StartupModel)
-    slo_threshold: float = 0.9
+    slo_threshold: float = TIMING.slo_utilization
     train_days: float = 14.0
     replay_days: float = 14.0
     # predictive: the production trainer and adapter settings (defaults = a default deployment)
