@@ -4,6 +4,8 @@
 # JSON manifest of them on stdout (progress and sizes go to stderr):
 #   pause    a static C program (images/pause.c) FROM scratch: the pod sandbox image
 #   busybox  Debian's static busybox FROM scratch: the smallest pod that answers HTTP
+#   metrics-server, coredns  the real ones, built from their Go modules (build_metrics_server.sh,
+#            build_coredns.sh), FROM scratch
 #   base     Debian bookworm from its packages (mmdebstrap): python3 + venv, the foresight base
 #   app      the Dockerfile's `app` target on that base: serve, operator, warmpool (no torch)
 #   trainer  the default target (torch, Prophet, Ray): only with --trainer (several GB)
@@ -20,6 +22,7 @@ STORE="$CACHE/buildah"
 SUITE="${DEBIAN_SUITE:-bookworm}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 BASE_PACKAGES="python3,python3-venv,ca-certificates,tzdata"
+BUSYBOX_APPLETS="sh httpd wget cat echo sleep ls hostname"
 WANT_TRAINER=0
 for a in "$@"; do
   case "$a" in
@@ -37,6 +40,8 @@ need gcc "Debian package gcc (and libc6-dev for -static)"
 [ "$(id -u)" = 0 ] || { echo "build_images.sh: buildah's vfs storage here needs root" >&2; exit 3; }
 
 mkdir -p "$OUT" "$STORE" "$CACHE/pip"
+exec 9>"$OUT/.lock"
+flock 9  # two test sessions never build into one buildah store at once
 B() { buildah --root "$STORE/root" --runroot "$STORE/run" --storage-driver vfs "$@"; }
 key() { sha256sum | cut -c1-16; }
 MANIFEST=()
@@ -81,12 +86,12 @@ build_pause() {
 
 build_busybox() {
   local k tar ref c d
-  k=$( { sha256sum /bin/busybox; echo v1; } | key)
+  k=$( { sha256sum /bin/busybox; echo "$BUSYBOX_APPLETS v1"; } | key)
   ref="localhost/foresight/busybox:$k"; tar="$OUT/busybox-$k.tar"
   if [ ! -s "$tar" ]; then
     log "busybox: Debian's static busybox FROM scratch"
     d=$(mktemp -d); mkdir -p "$d/bin" "$d/tmp" "$d/www"; cp /bin/busybox "$d/bin/busybox"
-    for t in sh httpd wget cat echo sleep ls hostname; do ln -s busybox "$d/bin/$t"; done
+    for t in $BUSYBOX_APPLETS; do ln -s busybox "$d/bin/$t"; done
     c=$(B from scratch)
     B copy --quiet "$c" "$d" /
     B config --env PATH=/bin --entrypoint '[]' --cmd '["/bin/sh"]' "$c"
@@ -96,6 +101,24 @@ build_busybox() {
 }
 
 BASE_REF=""
+# A static Go binary FROM scratch (built and cached by its own build script).
+# build_static NAME SCRIPT USER
+build_static() {
+  local name=$1 script=$2 user=$3 bin k tar ref c d
+  bin=$(bash "$HERE/$script" | tail -1)
+  k=$( { sha256sum "$bin"; echo "$user v1"; } | key)
+  ref="localhost/foresight/$name:$k"; tar="$OUT/$name-$k.tar"
+  if [ ! -s "$tar" ]; then
+    log "$name: $bin FROM scratch"
+    d=$(mktemp -d); mkdir -p "$d/tmp"; chmod 1777 "$d/tmp"; cp "$bin" "$d/$name"
+    c=$(B from scratch)
+    B copy --quiet "$c" "$d" /
+    B config --entrypoint "[\"/$name\"]" --user "$user" "$c"
+    commit_and_export "$c" "$ref" "$tar"; rm -rf "$d"
+  fi
+  record "$name" "$ref" "$tar"
+}
+
 build_base() {
   local k tar c d
   k=$( { echo "$SUITE $MIRROR $BASE_PACKAGES v1"; sed -n '/^build_base()/,/^}/p' "$0"; } | key)
@@ -141,15 +164,28 @@ build_target() {
       --build-arg "BASE=$BASE_REF" --build-arg PIP_CACHE_MOUNT=/pip-cache -v "$CACHE/pip:/pip-cache" "${ca[@]}" \
       "${extra[@]}" -t "$ref" -f "$ROOT/Dockerfile" "$ROOT" >&2
     export_image "$ref" "$tar"
+    # Each change of the sources makes a new archive: keep the newest three, and the store's
+    # copy of this one only.
+    ls -t "$OUT/$name"-*.tar | tail -n +4 | while read -r old; do rm -f "$old" "$old.unpacked"; done
+    B images --format '{{.Name}}:{{.Tag}}' | grep "^localhost/foresight/$name:" | grep -v ":$k\$" \
+      | xargs -r -n1 buildah --root "$STORE/root" --runroot "$STORE/run" --storage-driver vfs rmi >/dev/null 2>&1 || true
   fi
   record "$name" "$ref" "$tar"
 }
 
-t0=$SECONDS
-build_pause
-build_busybox
-build_base
-build_target app app
-[ "$WANT_TRAINER" = 1 ] && build_target trainer trainer
-log "done in $((SECONDS - t0)) s; archives in $OUT"
-(IFS=,; echo "{${MANIFEST[*]}}")
+# One function, called on the script's last line: bash has parsed all of it before it runs, so
+# editing the file during a build cannot break that build.
+main() {
+  local t0=$SECONDS
+  build_pause
+  build_busybox
+  build_static metrics-server build_metrics_server.sh 1000:1000
+  build_static coredns build_coredns.sh 0:0
+  build_base
+  build_target app app
+  [ "$WANT_TRAINER" = 1 ] && build_target trainer trainer
+  log "done in $((SECONDS - t0)) s; archives in $OUT"
+  (IFS=,; echo "{${MANIFEST[*]}}")
+}
+
+main; exit

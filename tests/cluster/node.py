@@ -154,6 +154,7 @@ class Node:
     kubelet_port: int = 0
     started_seconds: float = 0.0
     _lock: object = None
+    _relay: object = None
 
     @property
     def sock(self) -> Path:
@@ -202,6 +203,11 @@ class Node:
         self._start_kubelet(timeout)
         self._start_kube_proxy()
         self._runtime_classes()
+        from tests.cluster.apirelay import ApiRelay, point_kubernetes_service_at
+
+        # in-cluster clients: the kubernetes Service -> a relay on the node IP -> the loopback API
+        self._relay = ApiRelay(nodenet.NODE_IP, self.cp.api_port, self.cp.api_port).start()
+        point_kubernetes_service_at(self.cp, nodenet.NODE_IP, self.cp.api_port)
 
     def _share_root_mount(self) -> None:
         out = subprocess.run(["findmnt", "-no", "PROPAGATION", "/"], capture_output=True, text=True).stdout.strip()
@@ -300,6 +306,9 @@ class Node:
         """Idempotent; returns what could not be cleaned up (also logged to the node's dir)."""
         if self._lock is None:
             return []
+        if self._relay is not None:
+            self._relay.stop()  # type: ignore[attr-defined]
+            self._relay = None
         for p in reversed(self.procs):
             if p.name != "node-containerd":
                 p.stop(timeout=10)
@@ -318,13 +327,16 @@ def start_cluster(d: Path, images: dict | None = None) -> tuple[ControlPlane, No
     """Build (cached) and start a control plane and a node joined to it, under ``d``."""
     from tests.cluster.controlplane import build_binaries
 
+    t0 = time.monotonic()
     bin_dir = build_binaries()
     missing = [b for b in ("kubelet", "kube-proxy") if not (bin_dir / b).exists()]
     if missing:
         raise NodeError(f"{missing} missing from {bin_dir}: tests/cluster/build.sh builds them")
     images = images or build_images()
+    t1 = time.monotonic()
     (d / "cp").mkdir(parents=True, exist_ok=True)
     cp = ControlPlane(bin_dir=bin_dir, dir=d / "cp", service_cidr=nodenet.SERVICE_CIDR, node_lifecycle=True).start()
+    cp.build_seconds, cp.start_seconds = t1 - t0, time.monotonic() - t1  # type: ignore[attr-defined]
     try:
         return cp, Node(cp, d / "node", images).start()
     except BaseException:

@@ -85,7 +85,8 @@ def test_busybox_pods_answer_http_on_their_pod_ips_and_through_a_cluster_ip_serv
 
 def test_the_foresight_app_image_serves_its_health_check_in_a_pod(node):
     cp = node.cp
-    cmd = ["foresight", "serve", "--store", "memory://", "--plain-http", "--host", "0.0.0.0", "--port", "8080"]
+    # --insecure: no authentication on a pod address (the pod network is the node's own, see nodenet)
+    cmd = ["foresight", "serve", "--store", "memory://", "--plain-http", "--host", "0.0.0.0", "--insecure", "--port", "8080"]
     pods, cluster_ip = _run(cp, node, "adapter", node.images["app"]["ref"], cmd, 8080, 1, path="/healthz")
     ip = pods[0]["status"]["podIP"]
     assert httpx.get(f"http://{ip}:8080/healthz", timeout=5).text == "ok"
@@ -138,3 +139,80 @@ def test_a_second_node_on_the_same_machine_is_refused_while_one_runs(node, tmp_p
         Node(node.cp, tmp_path / "second", node.images).start()
     node.check_alive()
     assert node.ready()
+
+
+IN_CLUSTER = """
+import os, ssl, json, urllib.request
+sa = '/var/run/secrets/kubernetes.io/serviceaccount'
+ctx = ssl.create_default_context(cafile=sa + '/ca.crt')
+url = 'https://%s:%s/version' % (os.environ['KUBERNETES_SERVICE_HOST'], os.environ['KUBERNETES_SERVICE_PORT'])
+req = urllib.request.Request(url, headers={'Authorization': 'Bearer ' + open(sa + '/token').read()})
+v = json.load(urllib.request.urlopen(req, context=ctx, timeout=10))
+open('/dev/termination-log', 'w').write(os.environ['KUBERNETES_SERVICE_HOST'] + ' ' + v['gitVersion'])
+"""
+
+
+def test_a_pod_reaches_the_api_server_through_the_kubernetes_service_with_its_service_account(node):
+    cp = node.cp
+    cp.ensure_namespace(NS)
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "in-cluster", "namespace": NS},
+            "spec": {"restartPolicy": "Never", "containers": [{
+                "name": "c", "image": node.images["app"]["ref"], "imagePullPolicy": "Never",
+                "command": ["python3", "-c", IN_CLUSTER]}]}}
+    r = cp.admin.post(f"/api/v1/namespaces/{NS}/pods", body)
+    assert r.status_code == 201, r.text
+    pod = wait_for("the in-cluster pod to finish", lambda: (lambda p: p if p["status"].get("phase") in ("Succeeded", "Failed")
+                   else None)(cp.admin.json(f"/api/v1/namespaces/{NS}/pods/in-cluster")), timeout=180)
+    state = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert pod["status"]["phase"] == "Succeeded", state
+    host, version = state["message"].split()
+    assert ipaddress.ip_address(host) in ipaddress.ip_network(nodenet.SERVICE_CIDR)
+    assert version == "v1.35.4"
+
+
+def test_the_real_metrics_server_serves_a_running_pods_cpu_and_memory_from_the_kubelet(node):
+    from tests.cluster.addons import deploy_metrics_server, pod_usage
+
+    cp = node.cp
+    pods, _ = _run(cp, node, "web", node.images["busybox"]["ref"], BUSYBOX_WEB, 8080, 3)
+    deploy_metrics_server(node)
+    name = pods[0]["metadata"]["name"]
+    # metric-resolution 15 s: the first scrape with two samples per container takes up to ~30 s
+    m = wait_for(f"PodMetrics of {name}", lambda: pod_usage(cp, NS, name), timeout=120, interval=2)
+    (c,) = m["containers"]
+    assert c["name"] == "web"
+    assert c["usage"]["memory"].endswith(("Ki", "Mi")) and int(c["usage"]["memory"][:-2]) > 0
+    nodes = cp.admin.json("/apis/metrics.k8s.io/v1beta1/nodes")["items"]
+    assert [n["metadata"]["name"] for n in nodes] == [node.name]
+    assert nodes[0]["usage"]["cpu"] != "0"
+
+
+DNS_CLIENT = """
+import socket, urllib.request
+ip = socket.gethostbyname('web')
+body = urllib.request.urlopen('http://web/', timeout=5).read().decode().strip()
+open('/dev/termination-log', 'w').write(ip + ' ' + body)
+"""
+
+
+def test_coredns_resolves_a_service_name_for_a_pod(node):
+    from tests.cluster.addons import deploy_coredns
+
+    cp = node.cp
+    pods, _ = _run(cp, node, "web", node.images["busybox"]["ref"], BUSYBOX_WEB, 8080, 3)
+    deploy_coredns(node)
+    # the short name through the pod's search path (node-test.svc.cluster.local), by glibc's
+    # resolver in the app image (busybox-static's wget cannot resolve: static glibc has no NSS)
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dns-client", "namespace": NS},
+            "spec": {"restartPolicy": "Never", "containers": [{
+                "name": "c", "image": node.images["app"]["ref"], "imagePullPolicy": "Never",
+                "command": ["python3", "-c", DNS_CLIENT]}]}}
+    r = cp.admin.post(f"/api/v1/namespaces/{NS}/pods", body)
+    assert r.status_code == 201, r.text
+    pod = wait_for("the DNS client to finish", lambda: (lambda p: p if p["status"].get("phase") in ("Succeeded", "Failed")
+                   else None)(cp.admin.json(f"/api/v1/namespaces/{NS}/pods/dns-client")), timeout=120)
+    state = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert pod["status"]["phase"] == "Succeeded", state
+    ip, body = state["message"].split()
+    assert ip == cp.admin.json(f"/api/v1/namespaces/{NS}/services/web")["spec"]["clusterIP"]
+    assert body in {p["metadata"]["name"] for p in pods}

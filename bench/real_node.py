@@ -1,0 +1,163 @@
+"""Pod start latency on the real node: create -> Ready, per runtime class.
+
+Starts the tests' control plane and real node (tests/cluster/node.py: containerd 1.6, CNI
+bridge, kubelet and kube-proxy v1.35.4; root), then for each RuntimeClass creates pods of the
+busybox image in batches (an HTTP server with a readiness probe every second), timing each from
+just before its POST to the first watch event that shows it Ready. Batches are deleted before the
+next one, so every pod starts on a node with the same load. Prints and saves p50/p90/p99, the
+node's start time and the image sizes to bench/results/real_node.{json,md}.
+
+    sudo .venv/bin/python -m bench.real_node            # 100 pods per runtime class, batches of 10
+    sudo .venv/bin/python -m bench.real_node --quick    # 10 pods per runtime class, one batch
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import add_quick_args, results_dir, save_json  # noqa: E402
+
+NS = "bench-start"
+
+
+def pod_body(name: str, image: str, handler: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS, "labels": {"bench": "start"}},
+            "spec": {"runtimeClassName": handler, "terminationGracePeriodSeconds": 0, "containers": [{
+                "name": "web", "image": image, "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", "hostname > /www/index.html && exec httpd -f -p 8080 -h /www"],
+                "readinessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1}}]}}
+
+
+class ReadyWatch:
+    """A watch on the namespace's pods: the monotonic time each pod is first seen Ready."""
+
+    def __init__(self, cp):
+        self.cp, self.ready_at, self._stop = cp, {}, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with self.cp.admin.http.stream("GET", f"/api/v1/namespaces/{NS}/pods",
+                                               params={"watch": "1", "timeoutSeconds": "30"}, timeout=40) as r:
+                    for line in r.iter_lines():
+                        self._event(json.loads(line), time.monotonic())
+                        if self._stop.is_set():
+                            return
+            except Exception:  # noqa: BLE001 - the watch reconnects; a missed pod times out below
+                time.sleep(0.2)
+
+    def _event(self, ev: dict, now: float) -> None:
+        pod = ev.get("object", {})
+        conds = pod.get("status", {}).get("conditions") or []
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in conds):
+            self.ready_at.setdefault(pod["metadata"]["name"], now)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _wait(what: str, ok, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not ok():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:.0f} s: {what}")
+        time.sleep(0.2)
+
+
+def measure(cp, node, handler: str, pods: int, batch: int, watch: ReadyWatch) -> list[float]:
+    image = node.images["busybox"]["ref"]
+    latencies: list[float] = []
+    for start in range(0, pods, batch):
+        names = [f"{handler}-{i:04d}" for i in range(start, min(start + batch, pods))]
+        created: dict[str, float] = {}
+        for n in names:
+            created[n] = time.monotonic()
+            r = cp.admin.post(f"/api/v1/namespaces/{NS}/pods", pod_body(n, image, handler))
+            if r.status_code != 201:
+                raise RuntimeError(f"create pod {n}: {r.status_code} {r.text[:300]}")
+        _wait(f"{len(names)} {handler} pods Ready", lambda: all(n in watch.ready_at for n in names), 300)
+        latencies += [watch.ready_at[n] - created[n] for n in names]
+        for n in names:
+            cp.admin.delete(f"/api/v1/namespaces/{NS}/pods/{n}")
+        _wait("the batch's pods gone", lambda: not cp.admin.json(f"/api/v1/namespaces/{NS}/pods")["items"], 300)
+        node.check_alive()
+    return latencies
+
+
+def summary(lat: list[float]) -> dict:
+    a = np.array(lat)
+    return {"pods": len(lat), "p50_s": float(np.percentile(a, 50)), "p90_s": float(np.percentile(a, 90)),
+            "p99_s": float(np.percentile(a, 99)), "max_s": float(a.max()), "mean_s": float(a.mean())}
+
+
+def markdown(doc: dict) -> str:
+    lines = ["# Pod start latency on the real node (create -> Ready)", "",
+             f"Node start (containerd, images imported, kubelet Ready and untainted, kube-proxy up): "
+             f"{doc['node_start_seconds']:.1f} s; control plane start: {doc['control_plane_start_seconds']:.1f} s. "
+             f"Batches of {doc['batch']} pods (busybox httpd, readiness probe every 1 s), each batch deleted "
+             f"before the next. Load average at the end: {doc['load_average']}.", "",
+             "| runtime class | pods | p50 s | p90 s | p99 s | max s |", "|---|---|---|---|---|---|"]
+    for h, s in doc["runtime_classes"].items():
+        lines.append(f"| {h} | {s['pods']} | {s['p50_s']:.2f} | {s['p90_s']:.2f} | {s['p99_s']:.2f} | {s['max_s']:.2f} |")
+    lines += ["", "| image | archive MB | unpacked |", "|---|---|---|"]
+    for n, i in doc["images"].items():
+        lines.append(f"| {n} ({i['ref']}) | {i['archive_bytes'] / 1e6:.1f} | {i['unpacked']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pods", type=int, default=100, help="pods per runtime class (default 100)")
+    ap.add_argument("--batch", type=int, default=10, help="pods created together (default 10)")
+    add_quick_args(ap, "10 pods per runtime class, one batch")
+    args = ap.parse_args(argv)
+    if args.pods < 1 or args.batch < 1:
+        ap.error(f"--pods {args.pods} and --batch {args.batch} must be at least 1")
+    pods, batch = (10, 10) if args.quick else (args.pods, args.batch)
+    out = results_dir(args)
+    from tests.cluster.node import start_cluster
+
+    cp, node = start_cluster(Path(tempfile.mkdtemp(prefix="foresight-real-node-")))
+    try:
+        cp.ensure_namespace(NS)
+        watch = ReadyWatch(cp)
+        results = {}
+        for handler in node.runtime_handlers:
+            results[handler] = summary(measure(cp, node, handler, pods, batch, watch))
+            s = results[handler]
+            print(f"{handler:6s} {s['pods']:4d} pods  p50 {s['p50_s']:.2f} s  p90 {s['p90_s']:.2f} s  "
+                  f"p99 {s['p99_s']:.2f} s  max {s['max_s']:.2f} s", flush=True)
+        watch.stop()
+    finally:
+        errors = node.stop()
+        cp.stop()
+    if errors:
+        print(f"node cleanup left: {errors}", file=sys.stderr)
+        return 1
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())  # 1/5/15 min: the machine is shared
+    doc = {"node_start_seconds": node.started_seconds, "control_plane_start_seconds": cp.start_seconds,
+           "builds_seconds": cp.build_seconds, "batch": batch, "load_average": load, "runtime_classes": results, "images": node.images}
+    p = save_json("real_node", doc, out)
+    (out / "real_node.md").write_text(markdown(json.loads(p.read_text())))
+    print(f"node start {node.started_seconds:.1f} s, control plane start {cp.start_seconds:.1f} s "
+          f"(builds and cache checks before them {cp.build_seconds:.1f} s); saved {p}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""bench/real_node.py in its quick mode, as a user runs it: a subprocess that starts its own
+control plane and node, starts 10 pods per runtime class and saves the latencies."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.cluster import nodenet
+from tests.node.conftest import _need_root
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_real_node_bench_quick_times_pod_starts_per_runtime_class_and_cleans_up(tmp_path):
+    _need_root()
+    r = subprocess.run([sys.executable, "-m", "bench.real_node", "--quick", "--out", str(tmp_path)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    doc = json.loads((tmp_path / "real_node.json").read_text())
+    assert set(doc["runtime_classes"]) == {"runc", "crun"}
+    for handler, s in doc["runtime_classes"].items():
+        assert s["pods"] == 10
+        assert 0 < s["p50_s"] <= s["p90_s"] <= s["p99_s"] <= s["max_s"], (handler, s)
+        assert f"{handler:6s}   10 pods  p50" in r.stdout
+    assert doc["node_start_seconds"] > 0 and doc["control_plane_start_seconds"] > 0
+    assert doc["images"]["app"]["archive_bytes"] > 10_000_000 and doc["images"]["pause"]["archive_bytes"] > 0
+    assert "| runc | 10 |" in (tmp_path / "real_node.md").read_text()
+    assert nodenet.leftovers() == []
