@@ -17,8 +17,8 @@ way a real service does under its CPU limit (latency rises, then requests are sh
 - Every response closes its connection: through a Service (kube-proxy) each request is then
   balanced on its own, as new pods appear, instead of sticking to the pod of a kept-alive
   connection.
-- SIGTERM/SIGINT: stop accepting, let the requests in progress finish (up to ``--grace-seconds``),
-  exit 0. One line is printed at start, with the address actually bound (``--port 0`` picks one).
+- SIGTERM/SIGINT: after ``--shutdown-delay-seconds`` (default 0; a second signal cuts it short)
+  stop accepting, let the requests in progress finish (up to ``--grace-seconds``), exit 0. One line is printed at start, with the address actually bound (``--port 0`` picks one).
 
 One process burns at most about one core (the worker threads share the interpreter lock): give
 its pods a CPU limit of at most 1 core and scale by pods. Standard library only (it ships in the
@@ -49,6 +49,7 @@ class DemoAppSettings:
     workers: int = 2
     queue: int = 16
     grace_seconds: float = 10.0
+    shutdown_delay_seconds: float = 0.0
 
     def problems(self) -> list[str]:
         out = []
@@ -62,6 +63,8 @@ class DemoAppSettings:
             out.append(f"--port {self.port}: must be in [0, 65535] (0 = any free port)")
         if self.grace_seconds < 0:
             out.append(f"--grace-seconds {self.grace_seconds}: must be >= 0")
+        if not 0 <= self.shutdown_delay_seconds <= 300:
+            out.append(f"--shutdown-delay-seconds {self.shutdown_delay_seconds}: must be in [0, 300]")
         return out
 
 
@@ -178,14 +181,22 @@ async def _read_request(reader: asyncio.StreamReader) -> str | None:
 async def serve(settings: DemoAppSettings, ready_line: bool = True) -> int:
     app = DemoApp(settings)
     host, port = await app.start()
-    stop = asyncio.Event()
+    stop, stop_now = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    for sig in (signal.SIGTERM, signal.SIGINT):  # a second signal skips the shutdown delay
+        loop.add_signal_handler(sig, lambda: (stop_now if stop.is_set() else stop).set())
     if ready_line:
         print(f"foresight demo-app: serving http://{host}:{port}/ (cpu-ms-per-request {settings.cpu_ms_per_request:g}, "
               f"workers {settings.workers}, queue {settings.queue}; /healthz)", flush=True)
     await stop.wait()
+    if settings.shutdown_delay_seconds:
+        # A pod's endpoints are removed only some time after its SIGTERM: serving on for a moment
+        # keeps a scale-down from showing up as refused connections in the measurements.
+        print(f"foresight demo-app: stopping in {settings.shutdown_delay_seconds:g} s", flush=True)
+        try:
+            await asyncio.wait_for(stop_now.wait(), settings.shutdown_delay_seconds)
+        except asyncio.TimeoutError:
+            pass
     await app.stop()
     print(f"foresight demo-app: stopped after {app.served} requests served, {app.shed} shed", flush=True)
     return 0
@@ -204,6 +215,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="requests that may wait for a worker; past it requests get 503 at once (default 16)")
     p.add_argument("--grace-seconds", type=float, default=10.0,
                    help="on SIGTERM, how long requests in progress may take to finish (default 10)")
+    p.add_argument("--shutdown-delay-seconds", type=float, default=0.0,
+                   help="on SIGTERM, keep accepting this long first, while the Service drops the pod (default 0)")
     p.set_defaults(func=run_demo_app)
 
 
@@ -211,7 +224,8 @@ def run_demo_app(args: argparse.Namespace) -> int:
     from forecaster.errors import UserError
 
     settings = DemoAppSettings(host=args.host, port=args.port, cpu_ms_per_request=args.cpu_ms_per_request,
-                               workers=args.workers, queue=args.queue, grace_seconds=args.grace_seconds)
+                               workers=args.workers, queue=args.queue, grace_seconds=args.grace_seconds,
+                               shutdown_delay_seconds=args.shutdown_delay_seconds)
     problems = settings.problems()
     if problems:
         raise UserError("; ".join(problems))

@@ -306,7 +306,8 @@ def write_summary(path: str | Path, rows: Sequence[dict], total: dict) -> None:
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(total))
         w.writeheader()
-        w.writerows([*rows, total])
+        for row in [*rows, total]:
+            w.writerow({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()})
 
 
 def format_summary(rows: Sequence[dict], total: dict, slo_ms: float) -> str:

@@ -104,3 +104,12 @@ def test_sigterm_lets_a_request_in_progress_finish():
         app.send_signal(signal.SIGTERM)
         assert _status_of(sock) == 200
         assert app.wait(timeout=30) == 0
+
+
+def test_with_a_shutdown_delay_it_still_answers_after_sigterm():
+    with running_demo_app("--cpu-ms-per-request", "1", "--shutdown-delay-seconds", "30") as app:
+        app.send_signal(signal.SIGTERM)
+        assert app.stdout.readline().startswith("foresight demo-app: stopping in 30 s")
+        assert get(app.port)[0] == 200  # after SIGTERM, within the delay: still served
+        app.send_signal(signal.SIGTERM)  # a second one stops it now
+        assert app.wait(timeout=30) == 0

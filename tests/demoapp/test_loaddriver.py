@@ -76,16 +76,16 @@ def test_the_driver_sends_more_in_the_traces_high_minutes_and_records_every_requ
     out = tmp_path / "load.csv"
     with running_demo_app("--cpu-ms-per-request", "1", "--workers", "4", "--queue", "500") as app:
         rc = main(["load", "--target", f"http://127.0.0.1:{app.port}/", "--series", RISE["series_id"],
-                   "--start", RISE["start"], "--trace-minutes", "90", "--speed", "540", "--peak-rps", "40",
+                   "--start", RISE["start"], "--trace-minutes", "90", "--speed", "1080", "--peak-rps", "80",
                    "--slo-ms", "5000", "--out", str(out)])
     assert rc == 0
     rows = list(csv.DictReader(open(out)))
     summary = list(csv.DictReader(open(tmp_path / "load.summary.csv")))
     segment = load_segment(bundled_traces(), **RISE)
-    assert len(rows) == len(plan_arrivals(segment, 40, 540)) > 100  # every planned arrival has a row
+    assert len(rows) == len(plan_arrivals(segment, 80, 1080)) > 100  # every planned arrival has a row
     assert sorted(int(r["seq"]) for r in rows) == list(range(len(rows)))
     assert all(r["sent_s"] and r["latency_ms"] and (r["status"] or r["error"]) for r in rows)
-    sent_trace_minute = [float(r["sent_s"]) * 540 / 60 for r in rows]
+    sent_trace_minute = [float(r["sent_s"]) * 1080 / 60 for r in rows]
     low = sum(1 for m in sent_trace_minute if 0 <= m < 25)  # ~13 % of CPU in the trace
     high = sum(1 for m in sent_trace_minute if 65 <= m < 90)  # ~58 %
     assert high > 2 * low > 0
@@ -125,3 +125,14 @@ def test_the_summary_on_a_hand_made_latency_set():
                        "p99_ms": 10.0, "over_slo": 2, "over_slo_share": 2 / 3}
     assert (total["requests"], total["ok"], total["errors"], total["over_slo"]) == (103, 101, 2, 12)
     assert nearest_rank([], 99) is None and nearest_rank([5.0], 50) == 5.0
+
+
+def test_a_dry_run_prints_the_plan_per_minute_and_sends_nothing(tmp_path, capsys):
+    out = tmp_path / "load.csv"
+    assert main(["load", "--target", "http://127.0.0.1:9/", "--series", RISE["series_id"],
+                 "--start", RISE["start"], "--trace-minutes", "90", "--speed", "45", "--peak-rps", "10",
+                 "--arrivals", "uniform", "--dry-run", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    minutes = [int(line.split(":")[1].split()[0]) for line in printed.splitlines() if line.startswith("minute")]
+    assert len(minutes) == 2 and minutes[1] > minutes[0]  # the rise is in the second wall minute
+    assert not out.exists()
