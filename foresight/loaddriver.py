@@ -232,11 +232,12 @@ def _send(target: Target, record: RequestRecord, t0: float, t0_unix: float, time
 
 
 def run_load(target: Target, offsets: Sequence[float], *, concurrency: int = 64, timeout_s: float = 10.0,
-             max_seconds: float = 3600.0, stop: threading.Event | None = None,
-             start_at: float | None = None) -> list[RequestRecord]:
+             max_seconds: float = 3600.0, max_requests: int = HARD_MAX_REQUESTS,
+             stop: threading.Event | None = None, start_at: float | None = None) -> list[RequestRecord]:
     """Send one GET per offset (wall seconds from ``start_at``, a time.monotonic() value, default
-    now), open-loop; returns a record per arrival reached. Stops at the last offset, at
-    ``max_seconds`` (capped at HARD_MAX_SECONDS), or when ``stop`` is set; requests in flight
+    now), open-loop; returns a record per arrival reached. Stops at the last offset, after
+    ``max_requests`` arrivals or ``max_seconds`` (capped at HARD_MAX_REQUESTS, HARD_MAX_SECONDS),
+    or when ``stop`` is set; requests in flight
     then finish within their ``timeout_s``."""
     max_seconds = min(max_seconds, HARD_MAX_SECONDS)
     stop = stop or threading.Event()
@@ -253,7 +254,7 @@ def run_load(target: Target, offsets: Sequence[float], *, concurrency: int = 64,
 
     with ThreadPoolExecutor(max_workers=min(concurrency, HARD_MAX_CONCURRENCY),
                             thread_name_prefix="load-driver") as pool:
-        for seq, offset in enumerate(offsets[:HARD_MAX_REQUESTS]):
+        for seq, offset in enumerate(offsets[:min(max_requests, HARD_MAX_REQUESTS)]):
             if offset > max_seconds or stop.wait(max(0.0, t0 + offset - time.monotonic())):
                 break
             record = RequestRecord(seq=seq, scheduled_s=offset)
@@ -399,7 +400,7 @@ def run_load_command(args: argparse.Namespace) -> int:
             print(f"minute {row['minute_start_s'] / 60:>4.0f}: {row['requests']} requests")
         return 0
     records = run_load(target, offsets, concurrency=args.concurrency, timeout_s=args.timeout_seconds,
-                       max_seconds=args.max_seconds)
+                       max_seconds=args.max_seconds, max_requests=args.max_requests)
     rows, total = summarise(records, args.slo_ms)
     summary_out = args.summary_out or str(Path(args.out).with_suffix("")) + ".summary.csv"
     write_records(args.out, records)

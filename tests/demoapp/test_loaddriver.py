@@ -108,6 +108,12 @@ def test_a_stop_event_ends_the_run_early():
     assert run_load(target, [0.5, 1.0], stop=stop) == []
 
 
+def test_a_run_stops_after_max_requests():
+    target = resolve_target("http://127.0.0.1:9/")  # nothing listens: each arrival is a quick error
+    records = run_load(target, [0.0, 0.01, 0.02, 0.03], max_requests=2)
+    assert [r.seq for r in records] == [0, 1] and all(r.error for r in records)
+
+
 def _rec(seq, minute, latency_ms, status=200, error=""):
     return RequestRecord(seq=seq, scheduled_s=minute * 60 + 1, sent_s=minute * 60 + 1, latency_ms=latency_ms,
                          status=status, error=error)
