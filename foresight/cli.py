@@ -10,6 +10,7 @@ imports at module level, so ``foresight --help`` stays fast):
     replay.cli            replay
     kubeoperator.cli      operator
     foresight.up          up
+    foresight.loaddriver  load, demo-app
 
 A listed module that cannot be imported is an error at start-up that names it (never a silently
 missing sub-command).
