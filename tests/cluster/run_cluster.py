@@ -1,7 +1,8 @@
 """``make cluster``: the tests' control plane and real node, for a user to try.
 
 Builds what is missing (cached in ~/.cache/foresight), starts the control plane and the node in
-a fresh directory, prints the admin kubeconfig's path, and runs until Ctrl-C (or SIGTERM); then
+a fresh directory with CoreDNS and metrics-server on it (``--bare``: without), prints the admin
+kubeconfig's path, and runs until Ctrl-C (or SIGTERM); then
 stops every process and removes the node's network state, mounts and cgroups.
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="make cluster", description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", type=Path, help="where the cluster's files go (default: a new temp dir)")
+    ap.add_argument("--bare", action="store_true", help="without CoreDNS and metrics-server")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("make cluster: the real node needs root (network namespaces, iptables, cgroups, mounts)", file=sys.stderr)
@@ -39,8 +41,19 @@ def main(argv: list[str] | None = None) -> int:
     except NodeError as exc:
         print(f"make cluster: {exc}", file=sys.stderr)
         return 1
+    try:
+        if not args.bare:
+            from tests.cluster.addons import deploy_coredns, deploy_metrics_server
+
+            deploy_coredns(node)
+            deploy_metrics_server(node)
+    except BaseException:
+        node.stop()
+        cp.stop()
+        raise
     kubectl = cp.bin_dir / "kubectl"
-    print(f"control plane and node {node.name} up in {time.monotonic() - t0:.0f} s (node {node.started_seconds:.1f} s)\n"
+    addons = "" if args.bare else ", CoreDNS and metrics-server"
+    print(f"control plane, node {node.name}{addons} up in {time.monotonic() - t0:.0f} s (node {node.started_seconds:.1f} s)\n"
           f"kubeconfig: {cp.admin_kubeconfig}\n"
           f"  {kubectl} --kubeconfig {cp.admin_kubeconfig} get nodes -o wide\n"
           f"images on the node: {', '.join(i['ref'] for n, i in node.images.items() if n != 'base')}\n"
