@@ -1,4 +1,4 @@
-"""The real metrics-server and CoreDNS as pods on the real node (tests/cluster/manifests/).
+"""The real metrics-server, CoreDNS and Prometheus as pods on the real node (tests/cluster/manifests/).
 
 It scrapes the kubelet's /metrics/resource over HTTPS (the kubelet authorizes it by a
 SubjectAccessReview on nodes/metrics), and kube-apiserver's aggregator reaches it through its
@@ -8,6 +8,7 @@ cluster serves it: no stand-in.
 
 from __future__ import annotations
 
+from tests.cluster import nodenet
 from tests.cluster.controlplane import HERE, wait_for
 
 MANIFEST = HERE / "manifests" / "metrics-server.yaml"
@@ -55,3 +56,25 @@ def deploy_coredns(node, timeout: float = 180) -> None:
 
     wait_for("CoreDNS Ready", ready, timeout=timeout, interval=1, detail=lambda: str(
         [p["status"] for p in cp.admin.json("/api/v1/namespaces/kube-system/pods", labelSelector="k8s-app=kube-dns")["items"]])[:3000])
+
+
+PROMETHEUS_MANIFEST = HERE / "manifests" / "prometheus.yaml"
+
+
+def deploy_prometheus(node, timeout: float = 180) -> str:
+    """Prometheus scraping the kubelet, Ready; returns its base URL on the pod address."""
+    cp = node.cp
+    cp.kubectl("apply", "--server-side", "-f", "-",
+               input=PROMETHEUS_MANIFEST.read_text().replace("IMAGE", node.images["prometheus"]["ref"])
+               .replace("KUBELET", f"{nodenet.NODE_IP}:{node.kubelet_port}"))
+
+    def ready_ip() -> str | None:
+        node.check_alive()
+        for p in cp.admin.json("/api/v1/namespaces/monitoring/pods", labelSelector="app=prometheus")["items"]:
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", [])):
+                return p["status"]["podIP"]
+        return None
+
+    ip = wait_for("Prometheus Ready", ready_ip, timeout=timeout, interval=1, detail=lambda: str(
+        [p["status"] for p in cp.admin.json("/api/v1/namespaces/monitoring/pods")["items"]])[:3000])
+    return f"http://{ip}:9090"

@@ -7,6 +7,7 @@
 #   metrics-server, coredns  the real ones, built from their Go modules (build_metrics_server.sh,
 #            build_coredns.sh), FROM scratch
 #   base     Debian bookworm from its packages (mmdebstrap): python3 + venv, the foresight base
+#   prometheus  Debian's Prometheus binary on that base: scrapes the kubelet
 #   app      the Dockerfile's `app` target on that base: serve, operator, warmpool (no torch)
 #   trainer  the default target (torch, Prophet, Ray): only with --trainer (several GB)
 #
@@ -142,6 +143,23 @@ build_base() {
   record base "$BASE_REF" "$tar"
 }
 
+# Debian's Prometheus (the binary of the host's prometheus package, which needs only libc) on the
+# Debian base: what scrapes the kubelet in the cluster.
+build_prometheus() {
+  local bin=/usr/bin/prometheus k tar ref c
+  [ -x "$bin" ] || { echo "build_images.sh: $bin is missing: Debian package prometheus" >&2; exit 3; }
+  k=$( { sha256sum "$bin"; echo "$BASE_REF v1"; } | key)
+  ref="localhost/foresight/prometheus:$k"; tar="$OUT/prometheus-$k.tar"
+  if [ ! -s "$tar" ]; then
+    log "prometheus: $bin on $BASE_REF"
+    c=$(B from --pull=never "$BASE_REF")
+    B copy --quiet "$c" "$bin" /usr/bin/prometheus
+    B config --entrypoint '["/usr/bin/prometheus"]' --cmd '[]' --user 65534:65534 "$c"
+    commit_and_export "$c" "$ref" "$tar"
+  fi
+  record prometheus "$ref" "$tar"
+}
+
 # The sources the Dockerfile copies, hashed: an unchanged tree reuses the archive.
 source_key() {
   (cd "$ROOT" && find Dockerfile pyproject.toml README.md foresight forecaster adapter warmpool replay kubeoperator \
@@ -182,6 +200,7 @@ main() {
   build_static metrics-server build_metrics_server.sh 1000:1000
   build_static coredns build_coredns.sh 0:0
   build_base
+  build_prometheus
   build_target app app
   [ "$WANT_TRAINER" = 1 ] && build_target trainer trainer
   log "done in $((SECONDS - t0)) s; archives in $OUT"

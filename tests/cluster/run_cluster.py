@@ -1,7 +1,7 @@
 """``make cluster``: the tests' control plane and real node, for a user to try.
 
 Builds what is missing (cached in ~/.cache/foresight), starts the control plane and the node in
-a fresh directory with CoreDNS and metrics-server on it (``--bare``: without), prints the admin
+a fresh directory with CoreDNS, metrics-server and Prometheus on it (``--bare``: without), prints the admin
 kubeconfig's path, and runs until Ctrl-C (or SIGTERM); then
 stops every process and removes the node's network state, mounts and cgroups.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="make cluster", description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", type=Path, help="where the cluster's files go (default: a new temp dir)")
-    ap.add_argument("--bare", action="store_true", help="without CoreDNS and metrics-server")
+    ap.add_argument("--bare", action="store_true", help="without CoreDNS, metrics-server and Prometheus")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("make cluster: the real node needs root (network namespaces, iptables, cgroups, mounts)", file=sys.stderr)
@@ -41,23 +41,25 @@ def main(argv: list[str] | None = None) -> int:
     except NodeError as exc:
         print(f"make cluster: {exc}", file=sys.stderr)
         return 1
+    prometheus = ""
     try:
         if not args.bare:
-            from tests.cluster.addons import deploy_coredns, deploy_metrics_server
+            from tests.cluster.addons import deploy_coredns, deploy_metrics_server, deploy_prometheus
 
             deploy_coredns(node)
             deploy_metrics_server(node)
+            prometheus = f"prometheus (scraping the kubelet): {deploy_prometheus(node)}\n"
     except BaseException:
         node.stop()
         cp.stop()
         raise
     kubectl = cp.bin_dir / "kubectl"
-    addons = "" if args.bare else ", CoreDNS and metrics-server"
+    addons = "" if args.bare else ", CoreDNS, metrics-server and Prometheus"
     print(f"control plane, node {node.name}{addons} up in {time.monotonic() - t0:.0f} s (node {node.started_seconds:.1f} s)\n"
           f"kubeconfig: {cp.admin_kubeconfig}\n"
           f"  {kubectl} --kubeconfig {cp.admin_kubeconfig} get nodes -o wide\n"
           f"images on the node: {', '.join(i['ref'] for n, i in node.images.items() if n != 'base')}\n"
-          f"logs: {cp.dir}/*.log   Ctrl-C stops and cleans up", flush=True)
+          f"{prometheus}logs: {cp.dir}/*.log   Ctrl-C stops and cleans up", flush=True)
     try:
         while not stop["now"]:
             node.check_alive()

@@ -216,3 +216,28 @@ def test_coredns_resolves_a_service_name_for_a_pod(node):
     ip, body = state["message"].split()
     assert ip == cp.admin.json(f"/api/v1/namespaces/{NS}/services/web")["spec"]["clusterIP"]
     assert body in {p["metadata"]["name"] for p in pods}
+
+
+def test_prometheus_in_a_pod_scrapes_the_kubelets_cadvisor_and_resource_endpoints(node):
+    from tests.cluster.addons import deploy_prometheus
+
+    cp = node.cp
+    pods, _ = _run(cp, node, "web", node.images["busybox"]["ref"], BUSYBOX_WEB, 8080, 3)
+    url = deploy_prometheus(node)
+    name = pods[0]["metadata"]["name"]
+
+    def series(query: str) -> list:
+        r = httpx.get(f"{url}/api/v1/query", params={"query": query}, timeout=5)
+        return r.json()["data"]["result"] if r.status_code == 200 else []
+
+    # cAdvisor labels the pod's cgroup (namespace, pod); per-container labels need cAdvisor to
+    # reach containerd, which it looks for only at /run/containerd/containerd.sock (the node's
+    # containerd has a private socket). The resource endpoint (CRI stats) has the container.
+    cadvisor = f'container_cpu_usage_seconds_total{{job="kubelet-cadvisor",namespace="{NS}",pod="{name}"}}'
+    resource = f'container_memory_working_set_bytes{{job="kubelet-resource",namespace="{NS}",pod="{name}",container="web"}}'
+    (c,) = wait_for("cAdvisor series of the pod", lambda: series(cadvisor), timeout=120, interval=2)
+    (m,) = wait_for("resource series of the pod", lambda: series(resource), timeout=120, interval=2)
+    assert float(c["value"][1]) > 0 and float(m["value"][1]) > 0
+    up = series('up{job=~"kubelet-.*"}')
+    assert sorted(s["metric"]["job"] for s in up) == ["kubelet-cadvisor", "kubelet-resource"]
+    assert all(s["value"][1] == "1" for s in up), up
