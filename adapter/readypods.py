@@ -11,8 +11,10 @@ the scale-ups a predictive autoscaler is for.
 ReplicaSet), the number of pods matching the workload's own selector with phase Running and the
 Ready condition True, from one list + watch of pods (a resourceVersion-resumed stream, relisted
 on 410 Gone) and the workloads' selectors (re-read every ``resync_seconds``). ``count`` is a dict
-read. Until the first list has completed, or for a workload whose object cannot be read, it
-answers None and the adapter serves with ``meta.ready_pods`` (the documented degradation).
+read: a workload it does not know yet is queued for a resolver thread that reads its selector at
+once, so a request never waits on the API server. Until the first list has completed, until a
+new workload is resolved, or for a workload whose object cannot be read, it answers None and the
+adapter serves with ``meta.ready_pods`` (the documented degradation).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -106,23 +109,43 @@ class PodWatch:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._client: Any = None
-        self._lookups: Any = None  # the request path's own client (the watch's is streaming)
+        self._lookups: Any = None  # the resolver's own client (the watch's is streaming)
         self._missing: dict[str, float] = {}  # series id -> when its workload could not be read
         self._extra: dict[str, tuple[str, str, str]] = {}  # workloads first seen by count()
+        self._wanted: queue.Queue = queue.Queue(maxsize=10_000)
+        self._asked: set[str] = set()  # series ids queued for the resolver
+        self._resolver: threading.Thread | None = None
         self.errors = 0
 
     # --- what the adapter reads -------------------------------------------------------
     def count(self, series_id: str, meta: Mapping[str, Any] | None = None) -> int | None:
+        """A dict read; a workload not known yet is queued for the resolver thread (a request
+        never waits on the API server) and answers None until it is resolved."""
         st = self._st
         if not st.synced:
             return None
-        if series_id not in st.selectors and not self._resolve(series_id, meta or {}):
+        if series_id not in st.selectors:
+            if series_id not in self._asked:
+                self._asked.add(series_id)
+                try:
+                    self._wanted.put_nowait((series_id, dict(meta or {})))
+                except queue.Full:
+                    self._asked.discard(series_id)
             return None
-        return self._st.counts.get(series_id)
+        return st.counts.get(series_id)
+
+    def _resolve_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                sid, meta = self._wanted.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            self._resolve(sid, meta)
+            self._asked.discard(sid)
 
     def _resolve(self, series_id: str, meta: Mapping[str, Any]) -> bool:
-        """Read a workload's selector the first time it is asked for (a workload created after
-        the last resync must not be divided by a stale count during its first scale-up)."""
+        """Read a workload's selector when it is first asked for (a workload created after the
+        last resync must not be divided by a stale count during its first scale-up)."""
         now = time.monotonic()
         if now - self._missing.get(series_id, -math.inf) < self.resync_seconds:
             return False
@@ -150,12 +173,15 @@ class PodWatch:
     def start(self) -> "PodWatch":
         self._thread = threading.Thread(target=self._run, name="foresight-pod-watch", daemon=True)
         self._thread.start()
+        self._resolver = threading.Thread(target=self._resolve_loop, name="foresight-pod-watch-resolver", daemon=True)
+        self._resolver.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(self.timeout + 5)
+        for t in (self._thread, self._resolver):
+            if t is not None:
+                t.join(self.timeout + 5)
         for c in (self._client, self._lookups):
             if c is not None:
                 c.close()
