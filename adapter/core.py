@@ -99,12 +99,15 @@ class AdapterCore:
         return (*METRICS, *self.declared.external_names())
 
     # --- the served value of one workload -------------------------------------------
+    def watched_pods(self, series_id: str, meta: Any = None) -> int | None:
+        """The pods the HPA counts now, when the pod watch knows them (adapter/readypods.py)."""
+        return self.ready_pods.count(series_id, meta) if self.ready_pods is not None else None
+
     def capacity(self, series_id: str, fc: Forecast | None) -> tuple[Any, Any]:
-        """(ready pods, CPU request per pod): the pods the HPA counts now when the pod watch
-        knows them (adapter/readypods.py), else those the trainer published."""
+        """(ready pods, CPU request per pod): the watched pods, else those the trainer published."""
         meta = fc.meta if fc is not None else {}
         conf = self.settings.workload_capacity.get(series_id, {})
-        pods = self.ready_pods.count(series_id, meta) if self.ready_pods is not None else None
+        pods = self.watched_pods(series_id, meta)
         if pods is None:
             pods = meta.get("ready_pods", conf.get("ready_pods"))
         req = meta.get("cpu_request_cores", conf.get("cpu_request_cores"))
@@ -153,7 +156,7 @@ class AdapterCore:
             sv = served_cores(None, now, ms, observed=obs.cores)
         else:
             conf = self.settings.workload_capacity.get(series_id, {})
-            pods = self.ready_pods.count(series_id) if self.ready_pods is not None else None
+            pods = self.watched_pods(series_id)
             if pods is None:
                 pods = obs.ready_pods if obs.ready_pods is not None else conf.get("ready_pods")
             req = conf.get("cpu_request_cores", obs.cpu_request_cores)

@@ -195,14 +195,15 @@ def gap_of(fc: Forecast) -> float:
     return peak_gap([v for _, v in fc.observed])
 
 
-def policy_of(fc: Forecast) -> tuple[ServingPolicy | None, str]:
-    """The serving policy a forecast carries, and a note when it had to be ignored."""
+def policy_of(fc: Forecast) -> tuple[ServingPolicy | None, str, bool]:
+    """The serving policy a forecast carries, a note when it had to be ignored, and whether it
+    was refused (it would serve below observed: the observed value is served instead)."""
     try:
-        return ServingPolicy.from_dict(fc.policy), ""
+        return ServingPolicy.from_dict(fc.policy), "", False
     except BelowObserved as exc:
-        return None, f"published policy refused: {exc}"
+        return None, f"published policy refused: {exc}", True
     except ValueError as exc:
-        return None, f"; published policy ignored ({exc})"
+        return None, f"; published policy ignored ({exc})", False
 
 
 def served_cores(
@@ -229,8 +230,8 @@ def served_cores(
     if old is not None:  # a forecast carried forward from samples that stopped is no fresher than they are
         return _fallback(obs, f"the forecast's newest observed sample is {old:.0f} s old "
                               f"(> {settings.max_observed_age_seconds:.0f} s): its demand source stopped delivering")
-    policy, note = policy_of(fc)
-    if note.startswith("published policy refused"):
+    policy, note, refused = policy_of(fc)
+    if refused:
         return _fallback(obs, note)
     gap = gap_of(fc) if policy is not None and policy.gap_edges else None  # only a policy with states reads it
     if fc.status == "fallback":

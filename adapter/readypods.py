@@ -165,10 +165,6 @@ class PodWatch:
             self._recount()
         return True
 
-    @property
-    def synced(self) -> bool:
-        return self._st.synced
-
     # --- the loop ----------------------------------------------------------------------
     def start(self) -> "PodWatch":
         self._thread = threading.Thread(target=self._run, name="foresight-pod-watch", daemon=True)
