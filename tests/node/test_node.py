@@ -62,6 +62,12 @@ def _run(cp, node, name: str, image: str, command: list[str], port: int, replica
     return pods, svc["spec"]["clusterIP"]
 
 
+def _ready_endpoints(cp, service: str) -> int:
+    slices = cp.admin.json(f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices",
+                           labelSelector=f"kubernetes.io/service-name={service}")["items"]
+    return sum(1 for s in slices for e in s.get("endpoints") or [] if (e.get("conditions") or {}).get("ready"))
+
+
 BUSYBOX_WEB = ["/bin/sh", "-c", "hostname > /www/index.html && exec httpd -f -p 8080 -h /www"]
 
 
@@ -75,12 +81,17 @@ def test_busybox_pods_answer_http_on_their_pod_ips_and_through_a_cluster_ip_serv
         assert p["spec"]["nodeName"] == node.name
         assert httpx.get(f"http://{ip}:8080/", timeout=5).text.strip() == p["metadata"]["name"]
     assert ipaddress.ip_address(cluster_ip) in ipaddress.ip_network(nodenet.SERVICE_CIDR)
-    # kube-proxy writes the Service's rules within its sync period
-    answers = wait_for("the ClusterIP Service answering", lambda: httpx.get(f"http://{cluster_ip}/", timeout=3).text.strip(),
-                       timeout=60)
-    assert answers in names
-    seen = {httpx.get(f"http://{cluster_ip}/", timeout=3).text.strip() for _ in range(30)}
-    assert seen <= names and len(seen) >= 2, seen  # random endpoint choice: 30 draws of 3
+    # Ready pods reach the EndpointSlice, then kube-proxy's rules, each a sync later: wait for all
+    # three endpoints before judging kube-proxy's random choice
+    wait_for("3 ready endpoints in the Service's EndpointSlice", lambda: _ready_endpoints(cp, "web") == 3, timeout=60)
+    seen: set[str] = set()
+
+    def two_answer():
+        seen.add(httpx.get(f"http://{cluster_ip}/", timeout=3).text.strip())
+        return len(seen) >= 2
+
+    wait_for("two pods answering through the ClusterIP Service", two_answer, timeout=60, interval=0.2)
+    assert seen <= names, seen
 
 
 def test_the_foresight_app_image_serves_its_health_check_in_a_pod(node):
