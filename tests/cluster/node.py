@@ -12,7 +12,7 @@ node IP that is not loopback (198.18.255.1 on a portless bridge), ``/`` made rsh
 home-built pause image. The control plane runs its node-lifecycle controller, which lifts the
 not-ready taint once the kubelet reports Ready.
 
-One node per machine (an flock on /run/foresight-node.lock): iptables chains and the test
+One node per machine (an flock on /run/foresight-node.lock, awaited up to 30 min): iptables chains and the test
 ranges are machine-wide. :meth:`Node.stop` (also from atexit, and at the next start after a
 killed run) kills every process in the node's cgroups, unmounts what it mounted, and removes
 its network state (nodenet.teardown).
@@ -26,6 +26,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ from tests.cluster.controlplane import HERE, ControlPlane, Proc, free_port, wait
 
 IMAGES_SCRIPT = HERE / "build_images.sh"
 LOCK = Path("/run/foresight-node.lock")
+LOCK_WAIT_SECONDS = 1800
 STATE = Path("/run/foresight-node.json")
 NODE_NAME = "foresight-node"
 CGROUP_NAME = "foresight-node"
@@ -184,13 +186,24 @@ class Node:
         return self
 
     def _take_lock(self) -> None:
+        # Wait a bounded time for another node (a second test session on a shared machine) to end
+        # rather than fail at once; it frees the lock when it stops, even on failure.
         f = open(LOCK, "w")
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.close()
-            raise NodeError(f"another foresight node runs on this machine (lock {LOCK}); one node per machine: "
-                            "stop it (make cluster: Ctrl-C) first") from None
+        deadline = time.monotonic() + LOCK_WAIT_SECONDS
+        announced = False
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    f.close()
+                    raise NodeError(f"another foresight node ran on this machine for {LOCK_WAIT_SECONDS} s "
+                                    f"(lock {LOCK}); one node per machine: stop it (make cluster: Ctrl-C) first") from None
+                if not announced:
+                    print(f"[node] waiting for another foresight node to stop (lock {LOCK})", file=sys.stderr, flush=True)
+                    announced = True
+                time.sleep(2)
         self._lock = f
 
     def _start(self, timeout: float) -> None:
