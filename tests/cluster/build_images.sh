@@ -8,6 +8,7 @@
 #            build_coredns.sh), FROM scratch
 #   base     Debian bookworm from its packages (mmdebstrap): python3 + venv, the foresight base
 #   prometheus  Debian's Prometheus binary on that base: scrapes the kubelet
+#   redis    Debian's redis-server package on that base: the chart's store (redis.image)
 #   app      the Dockerfile's `app` target on that base: serve, operator, warmpool (no torch)
 #   trainer  the default target (torch, Prophet, Ray): only with --trainer (several GB)
 #
@@ -160,6 +161,24 @@ build_prometheus() {
   record prometheus "$ref" "$tar"
 }
 
+# Debian's redis-server package (apt inside the build, from the same mirror as the base) on the
+# Debian base: the chart's store. Entrypoint redis-server, like the official image's command.
+build_redis() {
+  local k tar ref c
+  k=$( { echo "$BASE_REF"; sed -n '/^build_redis()/,/^}/p' "$0"; } | key)
+  ref="localhost/foresight/redis:$k"; tar="$OUT/redis-$k.tar"
+  if [ ! -s "$tar" ]; then
+    log "redis: Debian's redis-server on $BASE_REF"
+    c=$(B from --pull=never "$BASE_REF")
+    B run --isolation chroot --network host "$c" -- sh -c 'apt-get update -qq \
+      && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null \
+      && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /etc/redis/redis.conf && mkdir -p /data && chmod 1777 /data' >&2
+    B config --entrypoint '["/usr/bin/redis-server"]' --cmd '[]' --workingdir /data --user 999:999 "$c"
+    commit_and_export "$c" "$ref" "$tar"
+  fi
+  record redis "$ref" "$tar"
+}
+
 # The sources the Dockerfile copies, hashed: an unchanged tree reuses the archive.
 source_key() {
   (cd "$ROOT" && find Dockerfile pyproject.toml README.md foresight forecaster adapter warmpool replay kubeoperator \
@@ -201,6 +220,7 @@ main() {
   build_static coredns build_coredns.sh 0:0
   build_base
   build_prometheus
+  build_redis
   build_target app app
   [ "$WANT_TRAINER" = 1 ] && build_target trainer trainer
   log "done in $((SECONDS - t0)) s; archives in $OUT"

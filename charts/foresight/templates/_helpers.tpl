@@ -15,6 +15,13 @@ app.kubernetes.io/component: {{ .component }}
 {{ .Values.image.repository }}:{{ .Values.image.tag }}
 {{- end -}}
 
+{{/* The trainer's image (torch, Prophet, Ray: the Dockerfile's default target); the app image
+when trainer.image.repository is empty (enough for models without lstm and prophet). */}}
+{{- define "foresight.trainerImage" -}}
+{{- $t := .Values.trainer.image | default dict -}}
+{{ $t.repository | default .Values.image.repository }}:{{ $t.tag | default .Values.image.tag }}
+{{- end -}}
+
 {{/* The store URL of one Redis ACL user (trainer, adapter or warmpool). */}}
 {{- define "foresight.storeURL" -}}
 {{- if .root.Values.redis.enabled -}}
