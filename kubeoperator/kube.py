@@ -80,7 +80,39 @@ class KubeApi:
                 return None
             raise
 
+    def replicas(self, namespace: str, kind: str, name: str, api_version: str = "apps/v1") -> tuple[int | None, int | None]:
+        """(spec.replicas, status.readyReplicas) of a scale target; (None, None) when it does not exist."""
+        res = self._res(api_version, kind)
+        try:
+            obj = self._call(f"get {kind} {namespace}/{name}", lambda: res.get(name=name, namespace=namespace)).to_dict()
+        except KubeError as exc:
+            if exc.status == 404:
+                return None, None
+            raise
+        spec, st = obj.get("spec") or {}, obj.get("status") or {}
+        return spec.get("replicas"), int(st.get("readyReplicas") or 0)
+
     # -- writes
+    def delete_owned_hpa(self, namespace: str, name: str, owner_uid: str) -> bool:
+        """Delete the HPA ``name`` only if this autoscaler (``owner_uid``) owns it: an HPA the
+        user made for the workload stays theirs. True when one was deleted."""
+        res = self._res("autoscaling/v2", "HorizontalPodAutoscaler")
+        try:
+            obj = self._call(f"get hpa {namespace}/{name}", lambda: res.get(name=name, namespace=namespace)).to_dict()
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+        if not any(o.get("uid") == owner_uid for o in owners):
+            return False
+        try:
+            self._call(f"delete hpa {namespace}/{name}", lambda: res.delete(name=name, namespace=namespace))
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+        return True
+
     def apply(self, body: Mapping[str, Any]) -> dict:
         """Server-side apply under the operator's field manager (it owns what it writes)."""
         res = self._res(body["apiVersion"], body["kind"])

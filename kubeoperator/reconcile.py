@@ -13,10 +13,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from adapter.metrics import (MetricSettings, NoData, served_cores, served_demand, served_demand_ratio,
+from adapter.metrics import (MetricSettings, NoData, ServedValue, observed_now, served_cores, served_demand, served_demand_ratio,
                              served_load_ratio)
 from forecaster.store import Forecast
+from kubeoperator.observe import Capacity, Shadow, hpa_spec, observe_status, shadow_sync, slo_utilization
 from kubeoperator.spec import AutoscalerSpec, MetricSpec, parse_autoscaler
+from replay.hpa import HPA
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "foresight-operator"}
 
@@ -30,7 +32,7 @@ class Event:
 
 @dataclass
 class AutoscalerActions:
-    hpa: dict
+    hpa: dict | None  # None in Observe mode: no HPA, and one the operator created goes
     status: dict
     events: list[Event] = field(default_factory=list)
 
@@ -78,6 +80,22 @@ def desired_hpa(pa: AutoscalerSpec) -> dict:
             "spec": spec}
 
 
+def served_value(pa: AutoscalerSpec, m: MetricSpec, fc: Forecast | None, now: float, pods,
+                 settings: MetricSettings) -> ServedValue:
+    """The value the adapter serves for one metric of a workload with ``pods`` ready pods
+    (None: not known, then the CPU metric shows the demand in cores). Raises NoData."""
+    meta = fc.meta if fc is not None else {}
+    if m.type == "Demand":  # the adapter's own rule for predicted_<name>_ratio
+        cap = meta.get("capacity_per_replica", m.capacity_per_replica)
+        return (served_demand_ratio(m.name, fc, now, pods, cap, settings) if pods is not None
+                else served_demand(m.name, fc, now, settings))
+    if pods is not None and (request := meta.get("cpu_request_cores", m.cpu_request_cores)):
+        return served_load_ratio(fc, now, pods, request, settings)
+    if pods is not None:
+        raise NoData(f"the CPU request of {pa.workload_series_id} is unknown (spec.metrics[].cpuRequestCores)")
+    return served_cores(fc, now, settings)  # no ready-pod count yet: the demand is what can be shown
+
+
 def metric_status(pa: AutoscalerSpec, m: MetricSpec, fc: Forecast | None, now: float, settings: MetricSettings) -> dict:
     """What the HPA receives for one metric now, and from what."""
     out: dict[str, Any] = {"name": m.name, "series": pa.series_id(m), "externalMetric": m.external_metric}
@@ -86,17 +104,11 @@ def metric_status(pa: AutoscalerSpec, m: MetricSpec, fc: Forecast | None, now: f
         if fc.backtest_error is not None and math.isfinite(fc.backtest_error):
             out["backtestError"] = round(float(fc.backtest_error), 4)
         out["forecastAgeSeconds"] = max(0, int(now - fc.generated_at))
-    meta = fc.meta if fc is not None else {}
-    pods = meta.get("ready_pods")
+    pods = (fc.meta if fc is not None else {}).get("ready_pods")
     try:
-        if m.type == "Demand":  # the adapter's own rule for predicted_<name>_ratio
-            cap = meta.get("capacity_per_replica", m.capacity_per_replica)
-            sv = (served_demand_ratio(m.name, fc, now, pods, cap, settings) if pods is not None
-                  else served_demand(m.name, fc, now, settings))
-        elif pods is not None and (request := meta.get("cpu_request_cores", m.cpu_request_cores)):
-            sv = served_load_ratio(fc, now, pods, request, settings)
-        else:  # no ready-pod count yet: the demand is what can be shown
-            sv = served_cores(fc, now, settings)
+        if m.type == "Resource" and pods is not None and not (fc.meta.get("cpu_request_cores", m.cpu_request_cores)):
+            pods = None  # shown in cores, as before a request is known
+        sv = served_value(pa, m, fc, now, pods, settings)
     except NoData as exc:
         out.update(servedSource="none", servedReason=str(exc))
         return out
@@ -122,6 +134,9 @@ def _conditions(pa: AutoscalerSpec, per_metric: list[dict], problems: Sequence[s
         ready = ("False", "StoreUnavailable", store_error)
     elif none:
         ready = ("False", "NoForecastYet", "; ".join(f"{s['name']}: {s['servedReason']}" for s in none))
+    elif pa.mode == "Observe":
+        ready = ("True", "Observing", f"no HPA: {len(per_metric)} predicted metric(s) computed, the workload's own "
+                 "scaling left alone (status.observe)")
     else:
         ready = ("True", "Serving", f"the HPA {pa.name} receives {len(per_metric)} predicted metric(s)")
     if fallback:
@@ -164,12 +179,17 @@ def reconcile_autoscaler(
     warnings: Sequence[str] = (),
     store_error: str | None = None,
     settings: MetricSettings = MetricSettings(),
+    shadows: dict | None = None,
+    capacity: Capacity | None = None,
 ) -> AutoscalerActions:
+    """``shadows``: the runner's Observe-mode state (key -> Shadow), updated here;
+    ``capacity``: the scale target's replicas now (Observe mode)."""
     pa = parse_autoscaler(obj)
     prev = obj.get("status") or {}
     per_metric = [metric_status(pa, m, None if store_error else forecasts.get(pa.series_id(m)), now, settings)
                   for m in pa.metrics]
-    status: dict[str, Any] = {"observedGeneration": pa.generation, "hpaName": pa.name, "metrics": per_metric}
+    status: dict[str, Any] = {"observedGeneration": pa.generation, "mode": pa.mode, "metrics": per_metric}
+    status["hpaName"] = pa.name if pa.mode == "Act" else None  # None: removed by the merge patch
     first = per_metric[0] if per_metric else {}
     for k in ("model", "backtestError", "servedValue", "servedSource", "servedReason", "forecastAgeSeconds"):
         if k in first:
@@ -183,4 +203,42 @@ def reconcile_autoscaler(
     if problems and (was.get("reason") != "InvalidWorkload" or was.get("observedGeneration") != pa.generation):
         # once per generation: the condition keeps saying it, an Event tells whoever applied it
         events.insert(0, Event("Warning", "InvalidSpec", "; ".join(problems)[:1024]))
-    return AutoscalerActions(hpa=desired_hpa(pa), status=status, events=events)
+    if prev.get("mode") and prev.get("mode") != pa.mode:
+        events.append(Event("Normal", "ModeChanged", f"mode {prev['mode']} -> {pa.mode}" + (
+            ": the HPA is deleted, the workload's own scaling is left alone" if pa.mode == "Observe"
+            else ": the HPA is created from the same forecasts (no retrain)")))
+    hpa = desired_hpa(pa)
+    if pa.mode == "Act":
+        status["observe"] = None
+        if shadows is not None:  # a later switch to Observe starts from the replicas then
+            shadows.pop((pa.namespace, pa.name), None)
+        return AutoscalerActions(hpa=hpa, status=status, events=events)
+    fcs = {} if store_error else forecasts
+    status["observe"] = observe = _observe(pa, hpa, fcs, prev.get("observe"), shadows if shadows is not None else {},
+                                           capacity or Capacity(None, None), now, settings)
+    before = (prev.get("observe") or {}).get("wouldHaveReplicas")
+    if before != observe["wouldHaveReplicas"] or prev.get("mode") != "Observe":
+        actual = observe.get("actualReplicas", "unknown")
+        need = f", needs {observe['neededReplicas']}" if "neededReplicas" in observe else ""
+        events.append(Event("Normal", "WouldScale", f"the predictive HPA would ask for {observe['wouldHaveReplicas']} "
+                            f"replicas (was {before if before is not None else 'not observing'}); the workload has "
+                            f"{actual}{need}; under capacity: would-have {observe['underCapacityMinutes']['wouldHave']} "
+                            f"min, actual {observe['underCapacityMinutes']['actual']} min"))
+    return AutoscalerActions(hpa=None, status=status, events=events)
+
+
+def _observe(pa: AutoscalerSpec, hpa: Mapping, forecasts, prev_observe, shadows: dict, cap: Capacity, now: float,
+             settings: MetricSettings) -> dict:
+    spec = hpa_spec(pa, hpa["spec"]["behavior"])
+    key = (pa.namespace, pa.name)
+    shadow = shadows.get(key)
+    if shadow is None or shadow.key != spec:
+        seed = (prev_observe or {}).get("wouldHaveReplicas") or cap.replicas or pa.min_replicas
+        shadow = shadows[key] = Shadow(hpa=HPA(spec), replicas=int(seed), key=spec)
+    would, why = shadow_sync(shadow, pa, forecasts, now,
+                             lambda p, m, fc, t, pods: served_value(p, m, fc, t, pods, settings), settings)
+    cpu = pa.resource_metric
+    fc = forecasts.get(pa.series_id(cpu)) if cpu is not None else None
+    request = ((fc.meta.get("cpu_request_cores") if fc is not None else None)
+               or (cpu.cpu_request_cores if cpu is not None else None))
+    return observe_status(prev_observe, would, why, cap, observed_now(fc), request, slo_utilization(pa), now, iso)

@@ -21,6 +21,7 @@ import yaml
 from adapter.metrics import MetricSettings
 from forecaster.store import ForecastStore, StoreError
 from kubeoperator.kube import KubeApi, KubeError
+from kubeoperator.observe import Capacity
 from kubeoperator.pools import claim_counts, warmpool_status
 from kubeoperator.reconcile import reconcile_autoscaler
 from kubeoperator.render import render_trainer_config, render_warmpool_policy
@@ -68,6 +69,7 @@ class Operator:
         self.http_get = http_get or _http_get
         self._wake = threading.Event()
         self._trainer_digest: str | None = None
+        self._shadows: dict = {}  # Observe mode: (namespace, name) -> kubeoperator.observe.Shadow
 
     # -- one pass
     def step(self) -> PassReport:
@@ -111,13 +113,22 @@ class Operator:
             forecasts = self.store.latest_many(series) if series else {}
         except StoreError as exc:
             store_error = f"forecast store: {exc}"
+        live = {(p.namespace, p.name) for p in specs}
+        for k in [k for k in self._shadows if k not in live]:
+            del self._shadows[k]
         for obj, pa in zip(objs, specs):
             key = (pa.namespace, pa.name)
             try:
+                cap = None
+                if pa.mode == "Observe":
+                    cap = Capacity(*self.api.replicas(pa.namespace, pa.target_kind, pa.target_name, pa.target_api_version))
                 act = reconcile_autoscaler(obj, forecasts, now, problems=rendered.problems.get(key, ()),
                                            warnings=rendered.warnings.get(key, ()), store_error=store_error,
-                                           settings=s.metrics)
-                self.api.apply(act.hpa)
+                                           settings=s.metrics, shadows=self._shadows, capacity=cap)
+                if act.hpa is not None:
+                    self.api.apply(act.hpa)
+                else:  # Observe: the HPA this autoscaler created (Act before) goes; a user's own stays
+                    self.api.delete_owned_hpa(pa.namespace, pa.name, pa.uid)
                 self.api.patch_status("PredictiveAutoscaler", pa.namespace, pa.name, act.status)
                 for ev in act.events:
                     self.api.emit_event({**obj, "kind": "PredictiveAutoscaler"}, ev, now)

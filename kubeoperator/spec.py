@@ -55,6 +55,7 @@ class AutoscalerSpec:
     floor_utilization: int = 70
     serving: Mapping[str, Any] = field(default_factory=dict)  # ServingSettings field names
     behavior: Mapping[str, Any] | None = None
+    mode: str = "Act"  # Act | Observe; never part of what the trainer reads (a switch needs no retrain)
 
     @property
     def workload_series_id(self) -> str:
@@ -100,7 +101,7 @@ def parse_autoscaler(obj: Mapping[str, Any]) -> AutoscalerSpec:
         target_name=ref.get("name", ""), min_replicas=int(spec.get("minReplicas", 1)),
         max_replicas=int(spec["maxReplicas"]), metrics=metrics,
         floor_enabled=bool(floor.get("enabled", True)), floor_utilization=int(floor.get("averageUtilization", 70)),
-        serving=serving, behavior=spec.get("behavior"),
+        serving=serving, behavior=spec.get("behavior"), mode=spec.get("mode") or "Act",
     )
 
 

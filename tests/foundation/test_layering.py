@@ -18,6 +18,9 @@ FORBIDDEN = {
     "replay": {"kubeoperator", "foresight"},
     "kubeoperator": {"replay", "foresight"},
 }
+# Side doors, each a pure module that imports no project module (tested below): the operator's
+# Observe mode runs the HPA algorithm the replay models instead of a copy of it.
+SIDE_DOORS = {"kubeoperator": {"replay.hpa"}}
 # outside system -> the only modules allowed to import its client
 OWNERS = {
     "redis": {"forecaster/store.py"},
@@ -40,10 +43,21 @@ def test_packages_only_import_downwards():
     bad = []
     for pkg, forbidden in FORBIDDEN.items():
         for f in (ROOT / pkg).rglob("*.py"):
-            hit = imports_of(f) & forbidden
+            doors = SIDE_DOORS.get(pkg, set())
+            through = {m.split(".")[0] for m in _module_imports(f) if m in doors or m.rpartition(".")[0] in doors}
+            direct = {m for m in _module_imports(f) if m.split(".")[0] in forbidden
+                      and m not in doors and m.rpartition(".")[0] not in doors}
+            hit = (imports_of(f) & forbidden) - (through - {d.split(".")[0] for d in direct})
             if hit:
                 bad.append(f"{f.relative_to(ROOT)} imports {sorted(hit)}")
     assert bad == []
+
+
+def test_a_side_door_imports_no_project_module():
+    for doors in SIDE_DOORS.values():
+        for mod in doors:
+            f = ROOT / (mod.replace(".", "/") + ".py")
+            assert _module_imports(f) == set(), f"{mod} is a side door: it must stay free of project imports"
 
 
 def test_only_one_module_talks_to_each_outside_system():
