@@ -70,6 +70,7 @@ def create_app(
     authorizer: Authorizer | None = None,
     scheduler_routes: bool = True,
     pod_watch: tuple | None = None,
+    observe_view: bool = True,
 ) -> FastAPI:
     """Build the adapter app over a forecast store (no module-level state).
 
@@ -79,7 +80,8 @@ def create_app(
     to the API server; adapter/authz.py). ``scheduler_routes=False`` when the scheduler
     extender is served on its own port instead (``create_scheduler_app``). ``pod_watch``:
     (KubeAPI, configured workloads) to divide the ratio by the ready pods the HPA counts now
-    (adapter/readypods.py) instead of the trainer's published count."""
+    (adapter/readypods.py) instead of the trainer's published count; with it, ``observe_view``
+    also lists the PredictiveAutoscalers for their Observe-mode lines (adapter/observemode.py)."""
     from forecaster.store import MemoryForecastStore
 
     settings = settings or AdapterSettings()
@@ -98,15 +100,24 @@ def create_app(
         from adapter.readypods import PodWatch, workloads_of
 
         watch = core.ready_pods = PodWatch(pod_watch[0], workloads_of(pod_watch[1], core.cache))
+    view = None
+    if pod_watch is not None and observe_view:
+        from adapter.observemode import ObserveView
+
+        view = core.observe_view = ObserveView(pod_watch[0])
 
     @asynccontextmanager
     async def lifespan(_app):
         core.cache.start()
         if watch is not None:
             watch.start()
+        if view is not None:
+            view.start()
         try:
             yield
         finally:
+            if view is not None:
+                view.stop()
             if watch is not None:
                 watch.stop()
             core.cache.stop()

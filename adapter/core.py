@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl, unquote_plus
 from adapter.declared import DeclaredMetrics
 from adapter.fallback import ObservedDirect
 from adapter.metrics import NoData, ServedValue, served_cores, served_load_ratio
+from adapter.observemode import observe_row
 from adapter.quantity import format_quantity
 from adapter.responses import DNS_LABEL, GROUP, GROUP_VERSION, PREFIX, VERSION, dumps, rfc3339, status_body
 from adapter.selectors import SelectorError, parse_selector
@@ -51,6 +52,7 @@ class AdapterCore:
         )
         self.metrics.registry.register(ForecastAgeCollector(self))
         self.ready_pods: Any = None  # adapter.readypods.PodWatch when the adapter watches pods
+        self.observe_view: Any = None  # adapter.observemode.ObserveView: the operator's Observe lines
         self._selectors: dict[str, Any] = {}  # HPAs repeat the same few selectors
         self.group_list = dumps(
             {
@@ -326,6 +328,8 @@ class AdapterCore:
             # the serving policy the trainer chose for this workload, with why (applied by
             # adapter/metrics.py to every served value below)
             "serving_policy": dict(fc.policy) if fc and fc.policy else None,
+            # Observe mode: what the predictive HPA would have done beside the actual replicas
+            "observe": observe_row(self.observe_view, sid, lambda: self.watched_pods(sid, fc.meta if fc else None)),
             "served": {},
         }
         for metric in (*METRICS, *(e for n in self.declared.of(sid) for e in served_names(n))):

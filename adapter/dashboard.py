@@ -10,6 +10,7 @@ import html
 import time
 from typing import Any, Sequence
 
+from adapter.observemode import replicas_svg
 from forecaster.store import Forecast
 
 OBSERVED_COLOR = "#1f77b4"
@@ -136,6 +137,7 @@ def render_dashboard(
             + (f' · {e(str(row["fallback_reason"]))}' if row["fallback_reason"] else "")
             + "</div>"
             + _svg(fc)
+            + replicas_svg(row.get("observe"))
             + "".join(lines)
             + "</div>"
         )

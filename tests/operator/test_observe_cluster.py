@@ -116,3 +116,40 @@ def test_observe_leaves_the_users_own_hpa_of_the_workload_alone(running):
     hpa = cp.admin.json(f"{HPAS}/legacy")
     assert not hpa["metadata"].get("ownerReferences")
     assert hpa["spec"]["minReplicas"] == 3 and hpa["spec"]["metrics"][0]["type"] == "Resource"
+
+
+def test_the_adapter_rest_and_dashboard_show_the_would_have_line_beside_the_actual_replicas(running):
+    from fastapi.testclient import TestClient
+
+    from adapter.app import create_app
+    from adapter.kube import KubeAPI
+    from adapter.observemode import ObserveView
+
+    cp, store = running
+    publish(store, "obs", 3.0)
+    cp.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(pa("obs", "Observe")))
+    st = wait_for("two observed syncs", lambda: len(((s := cp.admin.json(f"{PAS}/obs").get("status") or {})
+                                                      .get("observe") or {}).get("recent") or []) >= 2 and s, timeout=60)
+    app = create_app(store=store, pod_watch=(KubeAPI.from_kubeconfig(str(cp.admin_kubeconfig)), {}))
+    with TestClient(app) as client:
+        row = wait_for("observe in REST", lambda: next((r for r in client.get("/api/v1/forecasts").json()["items"]
+                                                         if r["series_id"] == "shop/obs" and (r.get("observe") or {})
+                                                         .get("line")), None), timeout=30)
+        ob = row["observe"]
+        assert ob["autoscaler"] == "obs" and ob["actual_replicas"] == 3
+        assert ob["would_have_replicas"] >= st["observe"]["wouldHaveReplicas"] >= 7
+        assert all(p["actual"] == 3 for p in ob["line"]) and ob["line"][-1]["would_have"] == ob["would_have_replicas"]
+        assert ob["view_error"] is None
+        page = client.get("/").text
+        assert 'class="would-have"' in page and 'class="actual"' in page and "Observe mode: would have" in page
+        legacy = next(r for r in client.get("/api/v1/forecasts").json()["items"] if r["series_id"] == "shop/legacy")
+        assert legacy["observe"]["autoscaler"] == "legacy"
+    # an adapter whose ServiceAccount may not list autoscalers says so instead of showing nothing
+    cp.kubectl("create", "serviceaccount", "no-pas", "-n", "shop", check=False)
+    view = ObserveView(KubeAPI.from_kubeconfig(str(cp.service_account_kubeconfig("shop", "no-pas"))))
+    view.refresh()
+    assert "HTTP 403" in view.last_error and "predictiveautoscalers.foresight.dev" in view.last_error
+    from adapter.observemode import observe_row
+
+    assert observe_row(view, "shop/obs", lambda: None) == {"view_error": view.last_error}
+    view.stop()

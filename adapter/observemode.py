@@ -1,0 +1,169 @@
+"""What the operator's Observe mode says, for the REST API and the dashboard.
+
+The operator runs the shadow HPA (kubeoperator/observe.py) and writes its line into each
+PredictiveAutoscaler's ``status.observe``. The adapter lists those objects every
+``resync_seconds`` (one request for all of them) and keeps, per workload (``namespace/target``),
+the autoscaler's mode and that block. A request reads a dict; it never waits on the API server.
+
+Degradation: an autoscaler list the API server refuses (403: the adapter's ServiceAccount needs
+``get, list`` on ``predictiveautoscalers.foresight.dev``) or cannot answer leaves the last view in
+place and ``last_error`` saying why; the REST rows then carry ``observe: null`` with that reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Mapping
+
+log = logging.getLogger("foresight.adapter.observemode")
+
+PATH = "/apis/foresight.dev/v1alpha1/predictiveautoscalers"
+
+
+def view_of(items) -> dict[str, dict]:
+    """series id -> {autoscaler, mode, observe} from a PredictiveAutoscaler list."""
+    out: dict[str, dict] = {}
+    for o in items or ():
+        md, spec, st = o.get("metadata") or {}, o.get("spec") or {}, o.get("status") or {}
+        target = (spec.get("scaleTargetRef") or {}).get("name")
+        if not target or not md.get("namespace"):
+            continue
+        out[f"{md['namespace']}/{target}"] = {
+            "autoscaler": md.get("name"), "mode": spec.get("mode") or "Act",
+            "observe": st.get("observe") if (spec.get("mode") == "Observe") else None,
+        }
+    return out
+
+
+class ObserveView:
+    """The autoscalers' modes and Observe lines, re-listed in a thread."""
+
+    def __init__(self, kube, resync_seconds: float = 15.0, timeout_seconds: float = 10.0) -> None:
+        self.kube = kube
+        self.resync_seconds = float(resync_seconds)
+        self.timeout = float(timeout_seconds)
+        self._view: dict[str, dict] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._client: Any = None
+        self.last_error: str | None = None
+        self.synced = False
+
+    def of(self, series_id: str) -> Mapping[str, Any] | None:
+        return self._view.get(series_id)
+
+    def refresh(self) -> None:
+        import httpx
+
+        if self._client is None:
+            self._client = httpx.Client(verify=self.kube._ssl if self.kube._ssl is not None else False,
+                                        timeout=self.timeout)
+        token = self.kube._bearer()
+        try:
+            r = self._client.get(self.kube.server + PATH, headers={"Authorization": f"Bearer {token}"} if token else {})
+        except httpx.HTTPError as exc:
+            self.last_error = f"listing PredictiveAutoscalers: {exc.__class__.__name__}: {exc}"
+            return
+        if r.status_code == 404:  # the CRD is not installed: no autoscalers, nothing observed
+            self._view, self.last_error, self.synced = {}, None, True
+            return
+        if r.status_code != 200:
+            hint = (" (grant the adapter's ServiceAccount get, list on predictiveautoscalers.foresight.dev)"
+                    if r.status_code == 403 else "")
+            self.last_error = f"listing PredictiveAutoscalers: HTTP {r.status_code}{hint}"
+            return
+        self._view, self.last_error, self.synced = view_of(r.json().get("items")), None, True
+
+    def _run(self) -> None:
+        said = None  # each new error is logged once, not every resync
+        while not self._stop.is_set():
+            try:
+                self.refresh()
+            except Exception as exc:  # noqa: BLE001 - the dashboard keeps its last view
+                self.last_error = f"listing PredictiveAutoscalers: {exc.__class__.__name__}: {exc}"
+            if self.last_error and self.last_error != said:
+                log.warning("observe view: %s", self.last_error)
+            said = self.last_error
+            self._stop.wait(self.resync_seconds)
+
+    def start(self) -> "ObserveView":
+        self._thread = threading.Thread(target=self._run, name="foresight-observe-view", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.timeout + 5)
+        if self._client is not None:
+            self._client.close()
+
+
+def observe_row(view: ObserveView | None, series_id: str, ready_now) -> dict | None:
+    """The REST row's ``observe``: None for a workload in Act mode (or no autoscaler); else
+    the would-have line beside the actual replicas, with the pods ready now from the watch
+    (``ready_now``: a callable, asked only for an observed workload)."""
+    if view is None:
+        return None
+    v = view.of(series_id)
+    if v is None and view.last_error and not view.synced:
+        return {"view_error": view.last_error}  # never listed: say why there is no line
+    if v is None or v["mode"] != "Observe":
+        return None
+    ob = dict(v.get("observe") or {})
+    line = [{"t": p[0], "would_have": p[1], "actual": None if p[2] < 0 else p[2]} for p in ob.pop("recent", []) or []]
+    return {"autoscaler": v["autoscaler"], "would_have_replicas": ob.get("wouldHaveReplicas"),
+            "actual_replicas": ob.get("actualReplicas"), "ready_replicas_now": ready_now(),
+            "needed_replicas": ob.get("neededReplicas"),
+            "under_capacity_minutes": ob.get("underCapacityMinutes"), "since": ob.get("since"),
+            "last_sync_at": ob.get("lastSyncAt"), "reason": ob.get("reason"), "line": line,
+            "view_error": view.last_error}
+
+
+WOULD_COLOR = "#7c3aed"
+ACTUAL_COLOR = "#111827"
+
+
+def replicas_svg(ob: Mapping[str, Any] | None, width: int = 400, height: int = 110) -> str:
+    """The Observe card's chart: the would-have replicas (dashed) beside the actual ones, on a
+    time axis (UTC clock times at both ends)."""
+    import html
+    import time
+
+    if not ob or not ob.get("line"):
+        return ""
+    pts = ob["line"]
+    ts = [p["t"] for p in pts]
+    ys = [v for p in pts for v in (p["would_have"], p["actual"]) if v is not None] + [ob.get("needed_replicas") or 0]
+    x0, x1, y1 = min(ts), max(ts), (max(ys) or 1) * 1.15
+    pad = 30
+
+    def X(t):
+        return pad + (t - x0) / ((x1 - x0) or 1) * (width - pad - 5)
+
+    def Y(v):
+        return height - 18 - v / y1 * (height - 28)
+
+    def line(key, color, dash):
+        seg = " ".join(f"{X(p['t']):.1f},{Y(p[key]):.1f}" for p in pts if p[key] is not None)
+        return (f'<polyline class="{key.replace("_", "-")}" fill="none" stroke="{color}" stroke-width="2" '
+                f'{dash}points="{seg}"/>') if seg else ""
+
+    clock = lambda t: time.strftime("%H:%M UTC", time.gmtime(t))  # noqa: E731
+    under = ob.get("under_capacity_minutes") or {}
+    return (f'<svg class="replicas" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+            'style="width:100%;height:auto" role="img">'
+            f'<line x1="{pad}" y1="{height-18}" x2="{width-5}" y2="{height-18}" stroke="#999"/>'
+            f'<text x="2" y="14" font-size="10">{y1:.3g}</text><text x="2" y="{height-20}" font-size="10">0</text>'
+            f'<text x="{pad}" y="{height-4}" font-size="10">{clock(x0)}</text>'
+            f'<text x="{width-60}" y="{height-4}" font-size="10">{clock(x1)}</text>'
+            + line("actual", ACTUAL_COLOR, "") + line("would_have", WOULD_COLOR, 'stroke-dasharray="5 3" ')
+            + "</svg>"
+            f'<div class="kv observe">Observe mode: would have <b>{html.escape(str(ob.get("would_have_replicas")))}</b> '
+            f'replicas, has {html.escape(str(ob.get("actual_replicas")))}'
+            + (f', needs {html.escape(str(ob["needed_replicas"]))}' if ob.get("needed_replicas") is not None else "")
+            + f' · under capacity: would-have {html.escape(str(under.get("wouldHave", 0)))} min, '
+            f'actual {html.escape(str(under.get("actual", 0)))} min since {html.escape(str(ob.get("since")))}'
+            f'<div class="legend"><span style="color:{WOULD_COLOR}">┅ would have (predictive HPA)</span>'
+            f'<span style="color:{ACTUAL_COLOR}">━ actual replicas</span></div></div>')
