@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
 
+import numpy as np
+
+from forecaster.leadwindow import window_max
 from forecaster.serving import ServingPolicy
 from forecaster.servingpolicy import BelowObserved
 from forecaster.servingscore import peak_gap
@@ -121,48 +123,23 @@ def observed_now(fc: Forecast | None) -> float | None:
     return _finite_non_negative(fc.observed[-1][1])
 
 
-def _value_at(values: Sequence[float], origin: float, step: float, first: float | None, t: float) -> float:
-    """The piecewise-linear curve through (origin, first) and (origin+(i+1)*step, values[i])
-    at time t; flat before the first knot and after the last one."""
-    n = len(values)
-    x = (t - origin) / step - 1.0  # position in index space: knot i sits at x == i
-    lowest = -1.0 if first is not None else 0.0
-    if x <= lowest:
-        return first if first is not None else values[0]
-    if x >= n - 1:
-        return values[n - 1]
-    i0 = math.floor(x)
-    v0 = first if i0 < 0 else values[i0]
-    v1 = values[i0 + 1]
-    return v0 + (v1 - v0) * (x - i0)
-
-
 def predicted_demand(fc: Forecast, now: float, settings: MetricSettings, quantile: str | None = None) -> float | None:
-    """Max of the configured quantile over [now, now + lead], linearly interpolated.
-
-    Point i is at origin + (i+1)*step; between origin and the first point the curve starts
-    from the last observed value. A window reaching past the horizon is clipped to it.
-    None when the forecast cannot say anything about the window: no points, the quantile
-    was not published, or ``now`` is past the last point.
+    """Max of the configured quantile over [now, now + lead] on the forecast curve
+    (``forecaster.leadwindow``: linear from the last observed value at the origin through the
+    points, point i at origin + (i+1) x step); the chooser scores the same function. A window
+    reaching past the horizon is clipped to it. None when the forecast cannot say anything
+    about the window: no points, the quantile was not published, or ``now`` is past the last
+    point.
     """
     quantile = settings.quantile if quantile is None else quantile
     values = fc.mean if quantile == "mean" else fc.quantiles.get(quantile)
     if not values:
         return None
-    origin, step, n = fc.origin, fc.step_seconds, len(values)
-    last_t = origin + n * step
-    start = float(now)
-    if start > last_t:
+    if float(now) > fc.origin + len(values) * fc.step_seconds:
         return None
-    end = min(start + float(settings.lead_seconds), last_t)
     first = observed_now(fc)
-    best = max(_value_at(values, origin, step, first, start), _value_at(values, origin, step, first, end))
-    # knots strictly inside the window (the curve's maxima lie on knots or the ends)
-    lo = max(0, math.ceil((start - origin) / step - 1.0))
-    hi = min(n - 1, math.floor((end - origin) / step - 1.0))
-    for i in range(lo, hi + 1):
-        if values[i] > best:
-            best = values[i]
+    best = float(window_max(np.array([math.nan if first is None else first]), np.asarray([values], dtype="float64"),
+                            np.array([float(now) - fc.origin]), float(settings.lead_seconds), fc.step_seconds)[0, 0])
     if not math.isfinite(best):
         return None
     return max(0.0, best)

@@ -37,8 +37,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from forecaster.servingpolicy import MAX_HOLD, POLICY_VERSION, SOURCES, ServingPolicy, _num, _whole
-from forecaster.servingscore import (clairvoyant_cost, cross_fitted_offsets, exposure, gap_edges, gap_state, held_floor,
-                                     peak_gaps, violation_minutes, window_means)
+from forecaster.servingscore import (as_slices, clairvoyant_cost, cross_fitted_offsets, gap_edges, gap_state, held_floor,
+                                     lead_bases, peak_gaps, sync_exposure, violation_minutes, window_means)
 from forecaster.timing import TIMING
 
 __all__ = ["MAX_HOLD", "POLICY_VERSION", "SOURCES", "ServingPolicy", "ServingSettings", "choose_policy", "policy_from_model",
@@ -153,30 +153,34 @@ def _pct(q: str) -> bool:
 Candidate = tuple[str, str, int, tuple[float, ...], float, float, float]  # source, q, k, m per state, cost, violation minutes, pods
 
 
-def _candidates(path: np.ndarray, last: np.ndarray, floors: Mapping[int, np.ndarray],
-                first_points: Mapping[str, np.ndarray], capacity_per_pod: float, settings: ServingSettings,
-                step_minutes: float, states: np.ndarray | None = None) -> list[Candidate]:
+def _candidates(slices: np.ndarray, last: np.ndarray, floors: Mapping[int, np.ndarray],
+                bases: Mapping[str, np.ndarray], capacity_per_pod: float, settings: ServingSettings,
+                minutes: float, states: np.ndarray | None = None) -> list[Candidate]:
     """Every (source, quantile, hold, headroom) with its cost over the scored origins, in the
     order ties are broken: the shortest hold first (the least sticky policy), the model before
-    persistence (the forecast is served), the smallest headroom first."""
+    persistence (the forecast is served), the smallest headroom first. ``slices`` (n, J, 2):
+    the demand each sync's pods carry; ``bases[q]`` (n, J): the model's prediction at each
+    sync; ``minutes``: one slice's length."""
     unit = settings.target_value * capacity_per_pod
     limit = settings.slo_utilization * capacity_per_pod
     lam = float(settings.violation_cost_pods)
     grid = np.asarray(sorted(settings.headrooms), dtype="float64")
     st = np.zeros(len(last), dtype=int) if states is None else states
     ns = int(st.max()) + 1 if len(st) else 1
+    J = slices.shape[1]
     cands: list[Candidate] = []
     for k in sorted(floors):
-        fl = np.fmax(floors[k], last)
-        bases = []
+        fl = np.fmax(floors[k], last)[:, None]
+        options = []
         if "model" in settings.sources:
-            bases += [("model", q, np.maximum(first_points[q], fl)) for q in settings.quantiles if q in first_points]
+            options += [("model", q, np.maximum(bases[q], fl)) for q in settings.quantiles if q in bases]
         if "persistence" in settings.sources:
-            bases.append(("persistence", "-", fl))
-        for src, q, base in bases:
-            pods = np.maximum(np.ceil(grid[:, None] * base[None, :] / unit - 1e-9), 1.0)
-            viol = violation_minutes(path, limit * pods, step_minutes)
-            cost = step_minutes * pods + lam * viol
+            options.append(("persistence", "-", np.repeat(fl, J, axis=1)))
+        for src, q, base in options:
+            pods = np.maximum(np.ceil(grid[:, None, None] * base[None] / unit - 1e-9), 1.0)  # (m, n, J)
+            viol = violation_minutes(slices[None], limit * pods, minutes).sum(axis=2)
+            pods = pods.mean(axis=2)  # pods per interval, each sync's pods for its slice
+            cost = minutes * J * pods + lam * viol
             if ns == 1:
                 for m, c, v, p in zip(grid, cost.sum(axis=1), viol.sum(axis=1), pods.sum(axis=1)):
                     cands.append((src, q, k, (float(m),), float(c), float(v), float(p)))
@@ -230,24 +234,30 @@ def choose_policy(
 ) -> ServingPolicy:
     """Pick the cheapest (source, quantile, hold k, m) over past origins.
 
-    actual_next[i]: the demand the pods decided at origin i carry (:func:`exposure`: a path of
-    three points, start, next sample, end, linear between them; a single value per origin is a
-    flat path); last[i]: the sample at origin i;
-    first_points[q][i]: the model's one-step quantile q forecast made at origin i;
+    actual_next[i]: the demand the pods decided from origin i carry: (n, J, 2), each of the J
+    HPA syncs reading origin i's forecast with its slice's demand at start and end
+    (:func:`servingscore.sync_exposure`); an (n, 3) path (:func:`servingscore.exposure`) or a
+    flat (n,) value per origin are read as slices too (:func:`servingscore.as_slices`);
+    last[i]: the sample at origin i;
+    first_points[q][i]: the model's prediction of quantile q from origin i: (n, J), what the
+    adapter serves at each sync (:func:`servingscore.lead_bases`), or (n,), the same at every sync;
     floors[k][i]: the observed floor of hold k at origin i (max of the last k samples; hold 1
     is ``last``, the only hold without ``floors``);
     capacity_per_pod: demand one pod can carry (CPU request in cores for CPU demand);
     step_minutes: the sample interval (pods count for it; violations last part of it).
     """
-    path = np.asarray(actual_next, dtype="float64")
-    if path.ndim == 1:
-        path = np.repeat(path[:, None], 3, axis=1)
+    slices = as_slices(actual_next)
+    J = slices.shape[1]
     last = np.asarray(last, dtype="float64")
+    bases = {}
+    for q, v in first_points.items():
+        v = np.asarray(v, dtype="float64")
+        bases[q] = np.repeat(v[:, None], J, axis=1) if v.ndim == 1 else v
     floors = {1: last, **{int(k): np.asarray(v, dtype="float64") for k, v in (floors or {}).items()}}
     holds = [k for k in sorted(set(settings.holds)) if k in floors] or [1]
-    ok = np.isfinite(path).all(axis=1) & np.isfinite(last)
-    for v in first_points.values():
-        ok &= np.isfinite(np.asarray(v, dtype="float64"))
+    ok = np.isfinite(slices).all(axis=(1, 2)) & np.isfinite(last)
+    for v in bases.values():
+        ok &= np.isfinite(v).all(axis=1)
     n = int(ok.sum())
     if n < 12 or not capacity_per_pod > 0:
         why = f"only {n} scored intervals (< 12)" if n < 12 else "no capacity per pod known"
@@ -259,9 +269,9 @@ def choose_policy(
         g = np.asarray(gaps, dtype="float64")[ok]
         edges = gap_edges(g, settings.peak_gap_states)
         states = gap_state(g, edges)
-    cands = _candidates(path[ok], last[ok], {k: floors[k][ok] for k in holds},
-                        {q: np.asarray(v, dtype="float64")[ok] for q, v in first_points.items()},
-                        capacity_per_pod, settings, step_minutes, states)
+    minutes = float(step_minutes) / J
+    cands = _candidates(slices[ok], last[ok], {k: floors[k][ok] for k in holds}, {q: v[ok] for q, v in bases.items()},
+                        capacity_per_pod, settings, minutes, states)
     order = {c: i for i, c in enumerate(cands)}
     persist = [c for c in cands if c[0] == "persistence"]
     fb = min(persist, key=lambda c: (c[4], sum(c[3]), order[c])) if persist else None
@@ -269,7 +279,7 @@ def choose_policy(
     bar = None
     if fb is not None and best[0] == "model" and settings.model_margin > 0:
         # the margin is a share of what a forecast can save at all, not of the total cost
-        ideal = clairvoyant_cost(path[ok], settings.target_value * capacity_per_pod, step_minutes)
+        ideal = clairvoyant_cost(slices[ok], settings.target_value * capacity_per_pod, minutes)
         bar = fb[4] - float(settings.model_margin) * max(fb[4] - ideal, 0.0)
         if not best[4] < bar:
             best = fb
@@ -329,6 +339,9 @@ def policy_from_model(
             off = np.full(len(mean), off0 if np.isfinite(off0) else 0.0)
         firsts[q] = np.maximum(mean + off, 0.0)
     floors = {k: held_floor(raw, origins, k) for k in settings.holds if k > 1}
-    return choose_policy(exposure(raw, origins), raw[origins], firsts, float(capacity_per_pod), settings, chosen_at, floors,
-                         step_minutes=1440.0 / season,
+    step = 86400.0 / season
+    # scored as deployed: every HPA sync reading each origin's forecast, what the adapter serves then
+    bases = {q: lead_bases(raw[origins], v, step, TIMING) for q, v in firsts.items()}
+    return choose_policy(sync_exposure(raw, origins, step, TIMING), raw[origins], bases, float(capacity_per_pod), settings,
+                         chosen_at, floors, step_minutes=step / 60.0,
                          gaps=peak_gaps(raw, origins) if settings.peak_gap_states > 1 else None)

@@ -1,8 +1,10 @@
 """How a candidate serving policy is scored on a workload's own past (``forecaster.serving``):
 the one-step means of the fitted model over the window, its quantile paths with cross-fitted
-offsets, the observed floors of each hold, the demand path each origin's pods carry with
-the minutes of SLO violation on it, and the peak gap whose range picks a state's headroom
-(the adapter computes it with the same function, from the samples a forecast carries)."""
+offsets, the observed floors of each hold, and at every HPA sync of every interval (the
+deployment's timing, ``forecaster.timing``) the prediction the adapter would serve then (the
+same lead-window function) and the demand that sync's pods carry, with the minutes of SLO
+violation on it; and the peak gap whose range picks a state's headroom (the adapter computes it
+with the same function, from the samples a forecast carries)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ import math
 
 import numpy as np
 
-__all__ = ["OBSERVED_POINTS", "clairvoyant_cost", "cross_fitted_offsets", "exposure", "gap_edges", "gap_state", "held_floor", "peak_gap", "peak_gaps",
+from forecaster.leadwindow import window_max
+from forecaster.timing import TIMING, ServingTiming
+
+__all__ = ["OBSERVED_POINTS", "as_slices", "clairvoyant_cost", "lead_bases", "sync_exposure", "sync_offsets", "cross_fitted_offsets", "exposure", "gap_edges", "gap_state", "held_floor", "peak_gap", "peak_gaps",
            "violation_minutes", "window_means"]
 
 
@@ -83,12 +88,8 @@ def exposure(raw: np.ndarray, origins: np.ndarray) -> np.ndarray:
     """The demand the pods decided from origin i carry, as a path of three points (n x 3),
     linear between them: half-way from the origin's sample to the next, the next sample, and
     half-way to the one after (the last point is the next sample when there is none after).
-
-    Pods asked for on a sample are ready about half an interval later (the sample is published
-    a metric delay after it, 90 s, and pods start in a minute) and serve until the pods of the
-    next sample are ready, half an interval after that sample. Demand is linear between
-    samples, so a rise is partly carried by the pods decided before it.
-    """
+    A coarse stand-in for :func:`sync_exposure` where no deployment timing applies (a path the
+    chooser reads as two half-interval slices)."""
     raw = np.asarray(raw, dtype="float64")
     a0 = raw[origins]
     a1 = raw[origins + 1]
@@ -99,25 +100,77 @@ def exposure(raw: np.ndarray, origins: np.ndarray) -> np.ndarray:
     return np.stack([start, a1, end], axis=1)
 
 
-def violation_minutes(path: np.ndarray, limit: np.ndarray, step_minutes: float) -> np.ndarray:
-    """Minutes of each interval with demand above ``limit``: ``path`` (n x 3, :func:`exposure`)
-    is linear over two half intervals; ``limit`` is (n,) or (candidates, n)."""
-    half = 0.5 * step_minutes
-    out = 0.0
-    for u, v in ((path[:, 0], path[:, 1]), (path[:, 1], path[:, 2])):
-        hi, d = np.maximum(u, v), np.abs(v - u)
-        frac = np.where(d > 0, np.clip((hi - limit) / np.where(d > 0, d, 1.0), 0.0, 1.0), (u > limit).astype(float))
-        out = out + half * frac
-    return out
+def sync_offsets(step_seconds: float, timing: ServingTiming = TIMING) -> np.ndarray:
+    """Seconds after a sample at which HPA syncs read the forecast published from it: from its
+    publication, a metric delay after the sample, every sync until the next sample's forecast."""
+    return float(timing.metric_delay_seconds) + np.arange(0.0, float(step_seconds), float(timing.hpa_sync_seconds))
 
 
-def clairvoyant_cost(path: np.ndarray, unit: float, step_minutes: float) -> float:
-    """Pod-minutes of an HPA that knows each interval's peak demand (``path``, n x 3) and asks
-    for it at its target (``unit``: demand one pod carries at the target): no violation, no
-    spare pod. What no forecast can undercut at that target, so persistence's cost above it is
-    what a forecast could save."""
-    peak = np.nanmax(np.asarray(path, dtype="float64"), axis=1)
-    return float(step_minutes * np.maximum(np.ceil(peak / unit - 1e-9), 1.0).sum())
+def _demand_at(raw: np.ndarray, origins: np.ndarray, x: np.ndarray, step_seconds: float) -> np.ndarray:
+    """Demand linear between samples, ``x`` (J,) seconds after each origin -> (n, J); NaN past the data."""
+    pos = np.asarray(x, dtype="float64") / float(step_seconds)
+    i0 = np.floor(pos).astype(int)
+    frac = pos - i0
+    j0 = origins[:, None] + i0[None, :]
+    j1 = j0 + (frac > 0)[None, :]
+
+    def at(j):
+        return np.where(j < len(raw), raw[np.minimum(j, len(raw) - 1)], np.nan)
+
+    return at(j0) * (1.0 - frac) + np.where(frac > 0, at(j1), 0.0) * frac
+
+
+def sync_exposure(raw: np.ndarray, origins: np.ndarray, step_seconds: float, timing: ServingTiming = TIMING) -> np.ndarray:
+    """(n, J, 2): for each origin and each HPA sync reading its forecast (:func:`sync_offsets`),
+    the demand at the start and the end of the slice that sync's pods carry: they are ready a
+    pod start-up after the sync and carry the load until the next sync's pods are ready.
+    Demand is linear between samples (NaN where the data ends)."""
+    raw = np.asarray(raw, dtype="float64")
+    origins = np.asarray(origins, dtype=int)
+    a = sync_offsets(step_seconds, timing) + float(timing.pod_startup_seconds)
+    b = a + float(timing.hpa_sync_seconds)
+    return np.stack([_demand_at(raw, origins, a, step_seconds), _demand_at(raw, origins, b, step_seconds)], axis=2)
+
+
+def lead_bases(last: np.ndarray, first_points: np.ndarray, step_seconds: float, timing: ServingTiming = TIMING) -> np.ndarray:
+    """(n, J): what the adapter's prediction is at each sync of :func:`sync_offsets` for a
+    forecast whose first point is ``first_points`` and whose last observed value is ``last``:
+    the max of the forecast curve over the lead window (``forecaster.leadwindow``, the function
+    the adapter serves with), the curve flat after the first point (the chooser scores
+    one-step forecasts)."""
+    first_points = np.asarray(first_points, dtype="float64")
+    return window_max(np.asarray(last, dtype="float64"), first_points[:, None], sync_offsets(step_seconds, timing),
+                      float(timing.lead_seconds), float(step_seconds))
+
+
+def as_slices(path: np.ndarray) -> np.ndarray:
+    """A demand path in the chooser's form (n, J, 2): each origin's J equal slices, linear
+    within each. A flat value per origin (n,) is one flat slice; an :func:`exposure` path
+    (n, 3) is its two half intervals."""
+    p = np.asarray(path, dtype="float64")
+    if p.ndim == 1:
+        return np.repeat(p[:, None, None], 2, axis=2)
+    if p.ndim == 2:
+        return np.stack([p[:, :-1], p[:, 1:]], axis=2)
+    return p
+
+
+def violation_minutes(path: np.ndarray, limit: np.ndarray, minutes: float) -> np.ndarray:
+    """Minutes of each slice with demand above ``limit``: ``path`` (..., 2) is linear over a
+    slice of ``minutes`` from path[..., 0] to path[..., 1]; ``limit`` broadcasts against path[..., 0]."""
+    u, v = path[..., 0], path[..., 1]
+    hi, d = np.maximum(u, v), np.abs(v - u)
+    frac = np.where(d > 0, np.clip((hi - limit) / np.where(d > 0, d, 1.0), 0.0, 1.0), (u > limit).astype(float))
+    return minutes * frac
+
+
+def clairvoyant_cost(slices: np.ndarray, unit: float, minutes: float) -> float:
+    """Pod-minutes of an HPA that knows each slice's peak demand (``slices``, (n, J, 2) of
+    ``minutes`` each) and asks for it at its target (``unit``: demand one pod carries at the
+    target): no violation, no spare pod. What no forecast can undercut at that target, so
+    persistence's cost above it is what a forecast could save."""
+    peak = np.nanmax(np.asarray(slices, dtype="float64"), axis=-1)
+    return float(minutes * np.maximum(np.ceil(peak / unit - 1e-9), 1.0).sum())
 
 
 # The trainer publishes at least this many observed samples with every forecast. The peak gap

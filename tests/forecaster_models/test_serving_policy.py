@@ -12,7 +12,8 @@ from adapter.metrics import MetricSettings, served_cores, served_load_ratio
 from forecaster.config import parse_config
 from forecaster.errors import ConfigError
 from forecaster.serving import POLICY_VERSION, ServingPolicy, ServingSettings, choose_policy
-from forecaster.servingscore import clairvoyant_cost, exposure, held_floor, peak_gaps, violation_minutes
+from forecaster.servingscore import (as_slices, clairvoyant_cost, exposure, held_floor, lead_bases, peak_gaps, sync_exposure,
+                                     violation_minutes)
 from forecaster.store import Forecast, MemoryForecastStore, make_forecast
 from forecaster.training import Trainer
 
@@ -46,9 +47,12 @@ def test_a_violation_lasts_the_minutes_demand_is_above_the_limit_on_its_linear_p
     # origin 0: half-way 10 -> 20 (15), then 20, then half-way to the next sample (20)
     assert path.tolist() == [[15.0, 20.0, 20.0], [20.0, 20.0, 15.0]]
     # a limit of 17.5 is crossed half-way up the first half interval (2.5 min): 1.25 + 2.5 min above it
-    assert violation_minutes(path[:1], np.array([17.5]), 5.0).tolist() == [3.75]
-    assert violation_minutes(path, np.array([25.0, 25.0]), 5.0).tolist() == [0.0, 0.0]
-    assert violation_minutes(path, np.array([5.0, 5.0]), 5.0).tolist() == [5.0, 5.0]
+    def minutes(p, limit):  # two half-interval slices of 2.5 min
+        return violation_minutes(as_slices(p), np.asarray(limit)[:, None], 2.5).sum(axis=1).tolist()
+
+    assert minutes(path[:1], [17.5]) == [3.75]
+    assert minutes(path, [25.0, 25.0]) == [0.0, 0.0]
+    assert minutes(path, [5.0, 5.0]) == [5.0, 5.0]
     # the last origin has no sample after the next one: its path ends flat at the next sample
     assert exposure(raw, np.array([2])).tolist() == [[15.0, 10.0, 10.0]]
 

@@ -1,0 +1,47 @@
+"""The forecast curve and its maximum over the lead window: the served prediction, one function
+for the adapter (one forecast, one instant) and the trainer's policy chooser (every origin of
+the scored week, every HPA sync of each interval, at once).
+
+The curve is piecewise linear through (origin, first) and (origin + (i + 1) x step, knots[i]):
+it starts from the last observed value and reaches the forecast's points; flat before it
+(no observed value: from the first point) and after the last point. The served prediction at
+time t is its maximum over [t, t + lead]: scaling is decided a lead before the demand
+arrives, and the max keeps the window's peak from being averaged away.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["curve_at", "window_max"]
+
+
+def curve_at(first: np.ndarray, knots: np.ndarray, x: np.ndarray, step: float) -> np.ndarray:
+    """The curve of each row at ``x`` seconds after its origin: ``first`` (n,), NaN where
+    nothing was observed; ``knots`` (n, h); ``x`` (J,) -> (n, J)."""
+    knots = np.asarray(knots, dtype="float64")
+    first = np.asarray(first, dtype="float64")
+    first = np.where(np.isfinite(first), first, knots[:, 0])
+    ext = np.concatenate([first[:, None], knots], axis=1)  # ext[:, 0] sits at the origin, ext[:, i + 1] at knot i
+    h = knots.shape[1]
+    p = np.clip(np.asarray(x, dtype="float64") / float(step), 0.0, float(h))
+    i0 = np.minimum(np.floor(p).astype(int), h)
+    i1 = np.minimum(i0 + 1, h)
+    frac = p - i0
+    return ext[:, i0] * (1.0 - frac) + ext[:, i1] * frac
+
+
+def window_max(first: np.ndarray, knots: np.ndarray, start: np.ndarray, lead: float, step: float) -> np.ndarray:
+    """Max of the curve over [start, start + lead] (``start``: (J,) seconds after the origin)
+    -> (n, J). The curve is linear between knots, so its maximum is at an end of the window or
+    on a knot inside it."""
+    knots = np.asarray(knots, dtype="float64")
+    start = np.asarray(start, dtype="float64")
+    end = start + float(lead)
+    best = np.maximum(curve_at(first, knots, start, step), curve_at(first, knots, end, step))
+    t_knot = (np.arange(knots.shape[1]) + 1.0) * float(step)
+    inside = (t_knot[None, :] > start[:, None]) & (t_knot[None, :] < end[:, None])  # (J, h)
+    if inside.any():
+        at = np.where(inside[None, :, :], knots[:, None, :], -np.inf)  # (n, J, h)
+        best = np.maximum(best, at.max(axis=2))
+    return best

@@ -1,0 +1,60 @@
+"""The chooser scores a policy at the deployment's timing: every HPA sync that reads an origin's
+forecast, with the prediction the adapter serves at that sync (the same lead-window function)
+and the demand that sync's pods carry once they are ready."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from adapter.metrics import MetricSettings, predicted_demand
+from forecaster.serving import ServingSettings, choose_policy
+from forecaster.servingscore import lead_bases, sync_exposure, sync_offsets
+from forecaster.store import make_forecast
+from forecaster.timing import TIMING
+
+T0 = 1_800_000_000.0
+
+
+def test_each_sync_of_an_interval_reads_the_forecast_from_its_publication_on():
+    # published a metric delay (90 s) after the sample, read every 15 s until the next one's
+    assert sync_offsets(300.0).tolist() == [90.0 + 15.0 * j for j in range(20)]
+    assert sync_offsets(60.0).tolist() == [90.0, 105.0, 120.0, 135.0]
+
+
+def test_the_chooser_scores_each_sync_with_what_the_adapter_serves_then():
+    # the chooser holds one-step forecasts: its curve is flat after the first point, as this one is
+    fc = make_forecast("shop/checkout", origin=T0, step_seconds=300.0, mean=[20.0, 20.0], quantiles={"p90": [20.0, 20.0]},
+                       model="ets", generated_at=T0 + 90, observed=((T0, 10.0),))
+    scored = lead_bases(np.array([10.0]), np.array([20.0]), 300.0)[0]
+    served = [predicted_demand(fc, T0 + tau, MetricSettings(quantile="p90")) for tau in sync_offsets(300.0)]
+    assert scored.tolist() == pytest.approx(served)
+    # the first sync serves the curve at 90 + 75 s of its 300-s rise from 10 to 20, not the point itself
+    assert scored[0] == pytest.approx(10.0 + 10.0 * 165.0 / 300.0)
+    assert scored[-1] == 20.0
+
+
+def test_a_syncs_pods_carry_the_demand_from_a_start_up_after_it_to_the_next_syncs_pods():
+    raw = np.array([10.0, 20.0, 40.0])
+    path = sync_exposure(raw, np.array([0]), 300.0)[0]
+    a = TIMING.metric_delay_seconds + TIMING.pod_startup_seconds  # 150 s after the sample
+    assert path[0].tolist() == pytest.approx([10.0 + 10.0 * a / 300.0, 10.0 + 10.0 * (a + 15.0) / 300.0])
+    # the last sync (375 s) carries 435-450 s: on the rise to the sample after next
+    assert path[-1].tolist() == pytest.approx([20.0 + 20.0 * 135.0 / 300.0, 20.0 + 20.0 * 150.0 / 300.0])
+    # past the data: not scored
+    assert np.isnan(sync_exposure(raw, np.array([1]), 300.0)[0, -1]).all()
+
+
+def test_a_rise_is_scored_with_the_pods_the_adapter_asks_for_as_its_curve_climbs_not_the_point():
+    # a sawtooth rising by 3 pods' worth an interval, from 1 to 28, with a perfect one-step
+    # forecast: the adapter serves the curve from the last sample up towards the point (the
+    # lead window ahead of each sync), so the early syncs of an interval ask for fewer pods
+    # than the point would; a chooser scoring the point would over-count what the model costs
+    n = 400
+    raw = 0.7 * (1.0 + 3.0 * (np.arange(n) % 10))
+    o = np.arange(n - 2)
+    perfect = raw[o + 1]
+    settings = ServingSettings(quantiles=("p50",), sources=("model",), headrooms=(1.0,), violation_cost_pods=0)
+    at_syncs = choose_policy(sync_exposure(raw, o, 300.0), raw[o], {"p50": lead_bases(raw[o], perfect, 300.0)}, 1.0, settings)
+    as_points = choose_policy(sync_exposure(raw, o, 300.0), raw[o], {"p50": perfect}, 1.0, settings)
+    assert at_syncs.costs["p50"] < as_points.costs["p50"]
