@@ -2,8 +2,8 @@
 reactive at targets 0.4-0.7 with Kubernetes' 300 s scale-down window and with the shipped
 predictive HPA's own window (its cost-vs-risk frontier: the honest baseline gets the same
 behaviour), foresight as a default deployment runs it (the production trainer and serving
-policy, replay/pipeline.py), the same with a warm pool, named configurations of the same
-production code, and the oracle. Prints and saves totals, medians, per-series ratios, the
+policy, replay/pipeline.py), named configurations of the same production code, and the
+oracle. Prints and saves totals, medians, per-series ratios, the
 per-series equal-cost comparison and plots to bench/results/replay_*.
 
     .venv/bin/python bench/replay_all.py [--part all|tune|holdout] [--every N [--offset K]] [--workers 2]
@@ -51,7 +51,6 @@ def _pipeline(training: dict | None = None, serving: dict | None = None):
 # with settings a user can put in the workload config; "ours" is a default deployment.
 MAIN_VARIANTS = {
     "ours": ("predictive", {}, {}),
-    "ours+warm": ("predictive+warm", {}, {}),
 }
 COST_VARIANTS = {  # serving.violation_cost_pods, the one documented knob of the policy
     "ours cost 70": ("predictive", {}, {"violation_cost_pods": 70.0}),
@@ -131,7 +130,7 @@ def _replay_one(args):
             continue
         cfg = replace(base, pipeline=_pipeline(tr, sv), **(rest[0] if rest else {}))
         key = (repr(sorted(tr.items())), repr(sorted(sv.items())))
-        if key not in feeds:  # the warm variant reads the same publications
+        if key not in feeds:  # variants of the HPA alone read the same publications
             feeds[key] = production_feed(world, cfg)
         feed = feeds[key]
         r = run_mode(world, mode, cfg, feed)
@@ -228,14 +227,11 @@ def plot_frontier(tot: pd.DataFrame, path: Path, headline: str, part: str = "rep
         for name, row in re.iterrows():
             ax.annotate(name.split()[1], (row["cost_x"], row["slo_x"]), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
     ours = tot[~tot.index.str.startswith("reactive") & (tot.index != "oracle")]
-    pred = ours[~ours.index.str.contains("warm")].sort_values("cost_x")
+    pred = ours.sort_values("cost_x")
     ax.plot(pred["cost_x"], pred["slo_x"], "s", color="tab:blue", label="foresight predictive (variants)")
     for i, (name, row) in enumerate(ours.sort_values("slo_x", ascending=False).iterrows()):  # stacked: variants lie close
         ax.annotate(name, (row["cost_x"], row["slo_x"]), textcoords="offset points", xytext=(40, 10 - 14 * i), fontsize=8,
                     color="tab:blue", arrowprops={"arrowstyle": "-", "color": "tab:blue", "lw": 0.5})
-    warm = ours[ours.index.str.contains("warm")]
-    if len(warm):
-        ax.plot(warm["cost_x"], warm["slo_x"], "^", color="tab:green", label="predictive + warm pool")
     o = tot.loc["oracle"]
     ax.plot([o["cost_x"]], [o["slo_x"]], "*", ms=14, color="black", label="oracle")
     ax.axvline(1.10, color="gray", lw=0.6, ls=":")  # the targets: <= 0.18x SLO at <= 1.10x cost
@@ -322,7 +318,7 @@ def main(argv=None) -> int:
                     help="tune: the series whose SHA-1(id) is even (defaults are chosen on them); holdout: the others (the headline)")
     add_quick_args(ap, "one bundled series, two replayed days, one worker, no example plots")
     ap.add_argument("--variants", default="main", choices=["main", "costs", "states", "reference", "windows", "margins"],
-                    help="main: ours (a default deployment) and ours+warm; costs: main plus two other "
+                    help="main: ours (a default deployment); costs: main plus two other "
                          "serving.violation_cost_pods settings; states: main plus one headroom at all times "
                          "(serving.peak_gap_states: 1) and the 60 s scale-down window; reference: main plus "
                          "the simple AR predictor; windows: the scale-down window; margins: main plus two "

@@ -8,13 +8,13 @@ from forecaster.engine import add_engine_arguments, engine_from_args
 from forecaster.errors import UserError
 from forecaster.timing import TIMING
 
-DEFAULT_MODES = "reactive,predictive,predictive+warm,oracle"
+DEFAULT_MODES = "reactive,predictive,oracle"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "replay",
-        help="replay a CPU trace through a simulated HPA v2: reactive vs predictive vs warm pool vs oracle",
+        help="replay a CPU trace through a simulated HPA v2: reactive vs predictive vs oracle",
         description=(
             "Turn each series into the CPU demand of one workload (its p99 needs --pods-at-p99 pods at "
             "70%), train on the first --train-days, then replay the rest (at most --replay-days) through "
@@ -47,7 +47,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-replicas", type=int, default=1)
     p.add_argument("--train-days", type=float, default=14.0)
     p.add_argument("--replay-days", type=float, default=14.0)
-    p.add_argument("--warm-pool-size", type=int, default=None, help="warm pods kept at least for predictive+warm (default 1; plus 10%% of replicas)")
     p.add_argument("--seed", type=int, default=0, help="seed of the start-up time draws")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
     add_engine_arguments(p, jobs=True)
@@ -100,11 +99,8 @@ def _config(args):
         problems.append(f"--min-replicas {args.min_replicas} / --max-replicas {args.max_replicas}: need 1 <= min <= max")
     if args.train_days <= 0 or args.replay_days <= 0:
         problems.append("--train-days and --replay-days must be > 0")
-    if args.warm_pool_size is not None and args.warm_pool_size < 0:
-        problems.append(f"--warm-pool-size {args.warm_pool_size} must be >= 0")
     if problems:
         raise UserError("; ".join(problems))
-    kw = {} if args.warm_pool_size is None else {"warm_pool_size": args.warm_pool_size}
     return ReplayConfig(
         delay_seconds=args.delay_s,
         lead_seconds=args.lead_s,
@@ -117,7 +113,6 @@ def _config(args):
         train_days=args.train_days,
         replay_days=args.replay_days,
         seed=args.seed,
-        **kw,
     )
 
 
@@ -182,7 +177,7 @@ def run_replay(args: argparse.Namespace) -> int:
         "serving policy (chosen per workload)": f"violation cost {cfg.pipeline.serving.violation_cost_pods:g} pod-minutes per minute, "
         f"quantiles {'/'.join(cfg.pipeline.serving.quantiles)}, sources {'/'.join(cfg.pipeline.serving.sources)}",
         "train / replay days": f"{cfg.train_days:g} / {cfg.replay_days:g}",
-        "replicas": f"{cfg.min_replicas}-{cfg.max_replicas}", "warm pool size": cfg.warm_pool_size,
+        "replicas": f"{cfg.min_replicas}-{cfg.max_replicas}",
         "demand": f"linear between samples; p99 needs {cfg.pods_at_p99:g} pods of {cfg.cpu_request_cores:g} core at 70%",
     }
     report.write_report(out / "report.html", rows, figures, settings, errors)

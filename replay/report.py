@@ -22,7 +22,7 @@ SUMMARY_COLUMNS = [
     "replica_minutes",
     "scale_events",
 ]
-MODE_COLORS = {"reactive": "tab:red", "predictive": "tab:blue", "predictive+warm": "tab:green", "oracle": "black"}
+MODE_COLORS = {"reactive": "tab:red", "predictive": "tab:blue", "oracle": "black"}
 
 
 def write_summary(rows: Sequence[dict], path: Path) -> None:
@@ -143,7 +143,7 @@ def write_report(path: Path, rows: Sequence[dict], figures: Sequence[tuple[str, 
         "th{background:#f3f3f3}img{max-width:100%}code{background:#f3f3f3}</style></head><body>",
         "<h1>foresight replay</h1>",
         "<p>What the HPA v2 controller would have done on this traffic with a reactive CPU target, with "
-        "foresight's predicted metric (same rule the adapter serves), with a warm pool, and with perfect "
+        "foresight's predicted metric (same rule the adapter serves), and with perfect "
         "knowledge of the next minutes (oracle). SLO violation: demand above 90% of ready capacity.</p>",
         "<h2>Settings</h2><table>" + "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in settings.items()) + "</table>",
         "<h2>Totals</h2><table><tr><th>mode</th><th>SLO-violation min</th><th>under-provisioned core-min</th><th>replica-min</th><th>scale events</th>"

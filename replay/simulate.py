@@ -20,14 +20,10 @@ The simulated world (the settings of the published replay protocol the benchmark
                    forecast's own published samples as its floor, and the ready pods of this
                    sync (what the HPA counts and the adapter's pod watch reports); the CPU
                    metric beside it reads D(t - delay) like the reactive HPA;
-  predictive+warm  predictive, with scale-ups served from a warm pool (ready after the claim
-                   latency while warm pods last); the pool holds max(warm_pool_size,
-                   ceil(warm_pool_fraction * replicas)) pods, refills cold (start-up time) and
-                   takes back ready pods on a scale-down when short; warm pods cost;
   oracle           External Value target on max(true max of D over [t, t + lead], D(t - delay)).
 - Measured at every sync, after the HPA acted: SLO violation when D / ready capacity > 0.9;
   under-provisioned core-minutes = integral of max(0, D - 0.9 * ready capacity); replica-
-  minutes count every pod, ready or not, warm pods included.
+  minutes count every pod, ready or not.
 
 No look-ahead: the forecaster only ever receives samples with timestamp <= s where the
 forecast is used from s + delay on (tests/replay/test_simulate.py perturbs the future).
@@ -63,7 +59,7 @@ __all__ = [
     "run_mode",
 ]
 
-MODES = ("reactive", "predictive", "predictive+warm", "oracle")
+MODES = ("reactive", "predictive", "oracle")
 # The shipped predictive HPA scales down after 30 s of stabilization instead of Kubernetes'
 # 5 minutes: the forecast brings pods back before a returning load, so holding every peak buys
 # little; a reactive HPA cannot afford it (it sees the load 90 s late).
@@ -110,12 +106,6 @@ class ReplayConfig:
     replay_days: float = 14.0
     # predictive: the production trainer and adapter settings (defaults = a default deployment)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
-    # warm pool
-    warm_pool_size: int = 1  # warm pods kept at least
-    warm_pool_fraction: float = 0.1  # ... and at least this fraction of the current replicas
-    # claim latency of a warm pod; None = warmpool.coldstart's crun p50 + a 1 s readiness
-    # probe when that module is present, else 2 s
-    warm_claim_seconds: float | None = None
     seed: int = 0
     cores_per_unit: float | None = None  # fixes k instead of deriving it from the p99
     # the HPA's behavior.scaleDown.stabilizationWindowSeconds; None = the mode's default:
@@ -225,7 +215,7 @@ class ModeResult:
     replica_minutes: float
     scale_events: int
     ready: np.ndarray = field(repr=False)
-    replicas: np.ndarray = field(repr=False)  # every pod incl. warm
+    replicas: np.ndarray = field(repr=False)  # every pod, ready or not
     extra: dict = field(default_factory=dict)
 
     def row(self) -> dict:
@@ -248,17 +238,6 @@ def _measure(world: World, cfg: ReplayConfig, ready: np.ndarray, replicas: np.nd
     return slo, under, float(replicas.sum() * step_min)
 
 
-def warm_claim_seconds(cfg: ReplayConfig) -> float:
-    if cfg.warm_claim_seconds is not None:
-        return float(cfg.warm_claim_seconds)
-    try:
-        from warmpool.coldstart import ColdStartModel
-
-        return ColdStartModel().estimate("crun").total_ms[0] / 1000.0 + 1.0
-    except Exception:  # noqa: BLE001 - the warm pool part is optional here
-        return 2.0
-
-
 def served_as_deployed(fc, now: float, ready_pods: int, request: float, settings):
     """What the adapter serves at ``now`` (``adapter.core.AdapterCore.served``), from what it
     holds then and nothing more: the forecast as of the trainer's last refresh, with the
@@ -275,7 +254,7 @@ def run_mode(world: World, mode: str, cfg: ReplayConfig, feed: ProductionFeed | 
     serve several modes of the same world."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
-    predictive = mode in ("predictive", "predictive+warm")
+    predictive = mode == "predictive"
     if predictive and feed is None:
         feed = production_feed(world, cfg)
     spec = cfg.hpa_spec(mode)
@@ -296,14 +275,6 @@ def run_mode(world: World, mode: str, cfg: ReplayConfig, feed: ProductionFeed | 
     ready = S
     pending: list[float] = []  # ready_at of not-ready pods, creation order (newest last)
     next_ready = math.inf
-
-    # warm pool
-    warm = mode == "predictive+warm"
-    frac = float(cfg.warm_pool_fraction)
-    pool_min = int(cfg.warm_pool_size)
-    warm_ready = max(pool_min, math.ceil(frac * S)) if warm else 0
-    warm_pending: list[float] = []
-    claim = warm_claim_seconds(cfg) if warm else 0.0
 
     # predictive plumbing: the adapter's own code path, at a default deployment's settings
     if predictive:
@@ -329,10 +300,6 @@ def run_mode(world: World, mode: str, cfg: ReplayConfig, feed: ProductionFeed | 
             ready += len(pending) - len(still)
             pending = still
             next_ready = min(pending) if pending else math.inf
-        if warm and warm_pending:
-            still = [r for r in warm_pending if r > t]
-            warm_ready += len(warm_pending) - len(still)
-            warm_pending = still
 
         obs = float(obs_arr[i])
         if mode == "reactive":
@@ -357,14 +324,7 @@ def run_mode(world: World, mode: str, cfg: ReplayConfig, feed: ProductionFeed | 
         if new != S:
             events += 1
             if new > S:
-                add = new - S
-                if warm and warm_ready > 0:
-                    take = min(add, warm_ready)
-                    warm_ready -= take
-                    pending.extend([t + claim] * take)
-                    add -= take
-                if add:
-                    pending.extend(t + d for d in draw(add))
+                pending.extend(t + d for d in draw(new - S))
                 next_ready = min(pending) if pending else math.inf
             else:
                 rem = S - new
@@ -373,24 +333,9 @@ def run_mode(world: World, mode: str, cfg: ReplayConfig, feed: ProductionFeed | 
                     del pending[len(pending) - k:]
                     next_ready = min(pending) if pending else math.inf
                 ready -= rem - k
-                if warm:  # ready pods leaving the workload go back to the pool if it is short
-                    short = max(pool_min, math.ceil(frac * new)) - warm_ready - len(warm_pending)
-                    if short > 0:
-                        warm_ready += min(short, rem - k)
             S = new
-        if warm:
-            want = max(pool_min, math.ceil(frac * S))
-            have = warm_ready + len(warm_pending)
-            if have < want:
-                warm_pending.extend(t + d for d in draw(want - have))
-            elif have > want:
-                extra = have - want
-                k = min(extra, len(warm_pending))
-                if k:
-                    del warm_pending[len(warm_pending) - k:]
-                warm_ready -= extra - k
         ready_arr[i] = ready
-        repl_arr[i] = S + (warm_ready + len(warm_pending) if warm else 0)
+        repl_arr[i] = S
 
     slo, under, rmin = _measure(world, cfg, ready_arr, repl_arr)
     extra = {}

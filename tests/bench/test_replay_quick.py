@@ -15,7 +15,7 @@ def test_replay_all_quick_replays_ours_against_the_frontier_with_the_same_behavi
     res = load(tmp_path / "replay_all_tune_quick.json")
     assert res["part"] == "tune" and res["quick"] and res["series"] == 1
     tot = res["totals"]
-    for name in ("ours", "ours+warm", "oracle", "reactive t0.70", "reactive t0.70 sd30", "reactive t0.40 sd30"):
+    for name in ("ours", "oracle", "reactive t0.70", "reactive t0.70 sd30", "reactive t0.40 sd30"):
         assert name in tot, sorted(tot)
     # cost ratios against both reactive baselines (SLO ratios are undefined on a calm series)
     for k in ("cost_x", "cost_x_same_behaviour"):

@@ -27,7 +27,7 @@ def test_replay_writes_the_summary_columns_and_a_report_with_plots(tmp_path, cap
     assert list(rows[0]) == [
         "series_id", "mode", "slo_violation_minutes", "underprovisioned_core_minutes", "replica_minutes", "scale_events",
     ]
-    assert [r["mode"] for r in rows] == ["reactive", "predictive", "predictive+warm", "oracle"]
+    assert [r["mode"] for r in rows] == ["reactive", "predictive", "oracle"]
     assert all(r["series_id"] == SID for r in rows)
     # one day at 15 s steps with >= 1 replica: at least 1440 replica-minutes per mode
     assert all(float(r["replica_minutes"]) >= 1440 for r in rows)

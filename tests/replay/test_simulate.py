@@ -36,7 +36,6 @@ CFG = ReplayConfig(train_days=3, replay_days=2, startup=StartupModel("constant",
     [
         ("reactive", {}),
         ("predictive", {}),
-        ("predictive+warm", {}),
     ],
 )
 def test_perturbing_the_future_never_changes_earlier_decisions(mode, over):
@@ -137,18 +136,6 @@ def test_scale_down_removes_starting_pods_first_and_replica_minutes_count_them()
     assert r.replicas.max() > 8
     step_min = cfg.step_seconds / 60
     assert r.replica_minutes == pytest.approx(r.replicas.sum() * step_min)
-
-
-def test_warm_pool_serves_scale_ups_after_the_claim_latency_and_costs_its_pods():
-    cfg = replace(CFG, startup=StartupModel("constant", 120), warm_pool_size=20, warm_claim_seconds=1)
-    w = _step_world(cfg)
-    feed = production_feed(w, cfg)
-    cold = run_mode(w, "predictive", cfg, feed)
-    warm = run_mode(w, "predictive+warm", cfg, feed)
-    assert warm.slo_violation_minutes < cold.slo_violation_minutes
-    # the pool (20 pods, warm or refilling) is paid for all the time
-    assert warm.replicas.min() >= 20 + cfg.min_replicas
-    assert warm.replica_minutes > cold.replica_minutes
 
 
 def test_lognormal_startup_is_seeded_and_reproducible():
