@@ -29,6 +29,7 @@ from forecaster.history import HistoryCache, frame_arrays
 from forecaster.models import ModelError
 from forecaster.predicted import capacity_per_pod
 from forecaster.store import ForecastStore
+from forecaster.workloads import READINGS_HINT
 from forecaster.training import Trainer, fit_item, step_workload
 
 log = logging.getLogger(__name__)
@@ -67,14 +68,15 @@ def workload_meta(workload, capacity: Mapping[str, Any]) -> dict[str, Any]:
     return meta
 
 
-def _instant(source, query: str | None, what: str, problems: list[str]) -> list[float] | None:
+def _instant(source, query: str | None, what: str, problems: list[str], default: bool = False) -> list[float] | None:
+    """``default``: the query is the built-in kube-state-metrics one (an empty answer says how to do without)."""
     try:
         res = source.instant(query) if query and hasattr(source, "instant") else []
     except Exception as exc:  # noqa: BLE001 - a capacity problem is reported, not raised
         problems.append(f"{what} query failed: {exc}")
         return None
     if not res:
-        problems.append(f"{what} query returned nothing: {query}")
+        problems.append(f"{what} query returned nothing: {query}{READINGS_HINT.get(what, '') if default else ''}")
         return None
     return [v for _, v in res]
 
@@ -86,12 +88,14 @@ def _capacity(workload, source) -> tuple[dict[str, Any], list[str]]:
     cap = workload.capacity
     if cap.ready_pods is not None:
         meta["ready_pods"] = int(cap.ready_pods)
-    elif (vals := _instant(source, workload.ready_pods_query(), "ready_pods", problems)) is not None:
+    elif (vals := _instant(source, workload.ready_pods_query(), "ready_pods", problems,
+                           default=not cap.ready_pods_query)) is not None:
         meta["ready_pods"] = int(round(sum(vals)))
     if cap.cpu_request_cores is not None:
         meta["cpu_request_cores"] = float(cap.cpu_request_cores)
     elif workload.cpu_request_query() is not None and (  # None: a declared metric carries its capacity
-            vals := _instant(source, workload.cpu_request_query(), "cpu_request", problems)) is not None:
+            vals := _instant(source, workload.cpu_request_query(), "cpu_request", problems,
+                             default=not cap.cpu_request_query)) is not None:
         meta["cpu_request_cores"] = float(np.mean(vals))
     return meta, problems
 

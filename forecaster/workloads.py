@@ -11,17 +11,55 @@ from forecaster.configcheck import _Checker, _dns_label, _non_negative, _positiv
 from forecaster.predicted import PredictedMetric, metric_name_problem, metric_series_id
 from forecaster.serving import ServingSettings
 
+# Kubernetes names generated pods from the alphabet of k8s.io/apimachinery's rand package:
+# a ReplicaSet's pods are <rs>-<5 chars>, a Deployment's ReplicaSet is <deployment>-<pod-template-
+# hash> (SafeEncodeString of a uint32: 1..10 chars), a StatefulSet's pods are <name>-<ordinal>.
+# Prometheus anchors regexes, so `api` no longer matches a sibling `api-gateway`'s pods
+# (api-gateway-<hash>-<5>: one segment too many) the way a `api-.*` prefix did.
+POD_NAME_ALPHABET = "[bcdfghjklmnpqrstvwxz2456789]"
+POD_REGEX = {
+    "Deployment": "{name}-" + POD_NAME_ALPHABET + "{{1,10}}-" + POD_NAME_ALPHABET + "{{5}}",
+    "ReplicaSet": "{name}-" + POD_NAME_ALPHABET + "{{5}}",
+    "StatefulSet": "{name}-[0-9]+",
+}
+PREFIX_POD_REGEX = "{name}-.*"  # kinds whose pod names Kubernetes does not generate (Function)
+
+
+def pod_regex(kind: str, name: str) -> str:
+    """The anchored regex of exactly the pod names a workload of this kind gets."""
+    return POD_REGEX.get(kind, PREFIX_POD_REGEX).format(name=name)
+
+
+# The demand: cAdvisor only (the kubelet's /metrics/cadvisor), no kube-state-metrics.
 DEFAULT_DEMAND_QUERY = (
     'sum(rate(container_cpu_usage_seconds_total{{namespace="{namespace}",'
-    'pod=~"{name}-.*",container!=""}}[5m]))'
+    'pod=~"{pods}",container!=""}}[5m]))'
 )
+# Ready pods and CPU requests need kube-state-metrics: cAdvisor knows running containers, not
+# the Ready condition, and its cpu shares are the request only on cgroup v1 (on cgroup v2 the
+# kubelet's weight conversion loses up to a fifth of a 100m request). Without kube-state-metrics
+# these return nothing, the trainer reports it with READINGS_HINT, and the adapter counts ready
+# pods from the Kubernetes API (its pod watch); the request then has to be configured.
 DEFAULT_READY_PODS_QUERY = (
-    'sum(kube_pod_status_ready{{namespace="{namespace}",pod=~"{name}-.*",condition="true"}})'
+    'sum(kube_pod_status_ready{{namespace="{namespace}",pod=~"{pods}",condition="true"}})'
 )
 DEFAULT_CPU_REQUEST_QUERY = (
-    'avg(kube_pod_container_resource_requests{{namespace="{namespace}",pod=~"{name}-.*",'
+    'avg(kube_pod_container_resource_requests{{namespace="{namespace}",pod=~"{pods}",'
     'resource="cpu"}})'
 )
+READINGS_HINT = {
+    "ready_pods": " (kube-state-metrics' kube_pod_status_ready is not scraped? The adapter then counts ready pods "
+                  "from the Kubernetes API (foresight serve --ready-pods watch); or set capacity.ready_pods_query)",
+    "cpu_request": " (kube-state-metrics' kube_pod_container_resource_requests is not scraped? Set "
+                   "capacity.cpu_request_cores, or spec.metrics[].cpuRequestCores of the PredictiveAutoscaler; "
+                   "until then predicted_cpu_load_ratio has no value and the HPA keeps its CPU floor)",
+}
+
+
+def default_query(template: str, namespace: str, name: str, kind: str) -> str:
+    return template.format(namespace=namespace, pods=pod_regex(kind, name))
+
+
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "ReplicaSet", "Function", "Node")
 WORKLOAD_KEYS = ("namespace", "name", "kind", "labels", "demand_query", "capacity", "metrics", "serving")
 
@@ -63,16 +101,14 @@ class WorkloadConfig:
     def ready_pods_query(self) -> str | None:
         if self.capacity.ready_pods is not None:
             return None
-        return self.capacity.ready_pods_query or DEFAULT_READY_PODS_QUERY.format(
-            namespace=self.namespace, name=self.name
-        )
+        return self.capacity.ready_pods_query or default_query(
+            DEFAULT_READY_PODS_QUERY, self.namespace, self.name, self.kind)
 
     def cpu_request_query(self) -> str | None:
         if self.capacity.cpu_request_cores is not None:
             return None
-        return self.capacity.cpu_request_query or DEFAULT_CPU_REQUEST_QUERY.format(
-            namespace=self.namespace, name=self.name
-        )
+        return self.capacity.cpu_request_query or default_query(
+            DEFAULT_CPU_REQUEST_QUERY, self.namespace, self.name, self.kind)
 
     def series_meta(self) -> dict[str, Any]:
         """Static meta published with this series' forecasts besides the capacity readings."""
@@ -241,7 +277,7 @@ def parse_workloads(c: _Checker, raw: Any, serving: ServingSettings, quantiles: 
             seen.add(sid)
         workloads.append(WorkloadConfig(
             namespace=ns, name=name, kind=kind, labels=dict(labels),
-            demand_query=dq or DEFAULT_DEMAND_QUERY.format(namespace=ns, name=name),
+            demand_query=dq or default_query(DEFAULT_DEMAND_QUERY, ns, name, kind),
             capacity=capacity, metrics=_metrics(c, wd.get("metrics"), p), serving=own,
         ))
     return workloads

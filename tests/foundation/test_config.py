@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from forecaster.config import DEFAULT_DEMAND_QUERY, load_config, parse_config
+from forecaster.workloads import pod_regex
 from forecaster.errors import ConfigError
 
 GOOD = """
@@ -28,8 +29,8 @@ def test_a_valid_file_compiles_with_defaults(tmp_path):
     p.write_text(GOOD)
     cfg = load_config(p)
     w = cfg.workload("shop/checkout")
-    assert w.demand_query == DEFAULT_DEMAND_QUERY.format(namespace="shop", name="checkout")
-    assert 'pod=~"checkout-.*"' in w.demand_query and 'container!=""' in w.demand_query
+    assert w.demand_query == DEFAULT_DEMAND_QUERY.format(namespace="shop", pods=pod_regex("Deployment", "checkout"))
+    assert 'pod=~"checkout-[' in w.demand_query and 'container!=""' in w.demand_query
     assert w.all_labels() == {"workload": "checkout", "deployment": "checkout", "tier": "web"}
     assert w.cpu_request_query() is None and "kube_pod_status_ready" in w.ready_pods_query()
     cart = cfg.workload("shop/cart")
