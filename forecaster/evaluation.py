@@ -46,6 +46,9 @@ class BacktestSettings:
     horizon: int = 12
     quantiles: tuple[float, ...] = (0.5, 0.9)
     selection: SelectionSettings = field(default_factory=SelectionSettings)
+    # more rows of ``auto`` from the same candidate fits: (row name, selection settings, guard
+    # rule or None), e.g. the benchmark's earlier guard rules side by side
+    auto_variants: tuple = ()
 
 
 def pinball(y: np.ndarray, q_pred: np.ndarray, q: float) -> np.ndarray:
@@ -113,7 +116,8 @@ def _fit_predict_all(
     actual = scale = None
     if not short:
         try:
-            results, actual, scale, _ = evaluate_candidates(yc, tsc, list(protos.values()), H, settings.selection)
+            results, actual, scale, _ = evaluate_candidates(yc, tsc, list(protos.values()), H, settings.selection,
+                                                            observed=finite[first:])
         except ModelError:
             short = True
     by_name = {r.name: r for r in results}
@@ -134,22 +138,29 @@ def _fit_predict_all(
     if auto_candidates is not None:
         t0 = time.perf_counter()
         sub = [by_name[c] for c in auto_candidates if c in by_name and by_name[c].model is not None]
-        if short or not sub:
-            p = fallback.predict(H, qs)
-        else:
-            pool, best = choose(sub, actual, scale, settings.selection)
-            scores = {r.name: r.score for r in pool}
-            m = build_model(best, sub)  # standalone rows above already predicted with it
-            m.set_bias(best.shift)
-            m.calibrate(conformal_offsets(actual - best.means, qs))  # means include the shift
-            m.update(yc, tsc)
-            p = m.predict(H, qs)
-            chosen = best.name
-        out["auto"] = (p.mean, dict(p.quantiles))
-        # auto costs its candidates' fits plus the choice on top
-        tm["auto"] = tm.get("auto", 0.0) + time.perf_counter() - t0 + sum(
-            by_name[c].seconds for c in auto_candidates if c in by_name)
+        variants = (("auto", settings.selection, None),) + tuple(settings.auto_variants)
+        for name, sel, rule in variants:
+            if short or not sub:
+                p = fallback.predict(H, qs)
+            else:
+                p, best, pool = _auto_predict(sub, actual, scale, sel, rule, yc, tsc, H, qs)
+                if name == "auto":
+                    scores, chosen = {r.name: r.score for r in pool}, best.name
+            out[name] = (p.mean, dict(p.quantiles))
+            if name == "auto":  # auto costs its candidates' fits plus the choice on top
+                tm["auto"] = tm.get("auto", 0.0) + time.perf_counter() - t0 + sum(
+                    by_name[c].seconds for c in auto_candidates if c in by_name)
     return out, chosen, scores
+
+
+def _auto_predict(sub, actual, scale, sel, rule, yc, tsc, H, qs):
+    """``auto``'s forecast from already-evaluated candidates, as selection serves it."""
+    pool, best = choose(sub, actual, scale, sel, _guard_rule=rule)
+    m = build_model(best, sub)  # standalone rows already predicted with its parts
+    m.set_bias(best.shift)
+    m.calibrate(conformal_offsets(actual - best.means, qs))  # means include the shift
+    m.update(yc, tsc)
+    return m.predict(H, qs), best, pool
 
 
 def backtest_series(
@@ -395,7 +406,7 @@ def _backtest_timed(sid, ts, v, protos, settings, auto, auto_cands, per_model_ti
         if not np.isfinite(tr_y).any():
             continue
         fc, chosen, _ = _fit_predict_all(tr_y, tr_ts, by_name, settings, cand_names if auto else None, per_model_time)
-        fc = {k: v for k, v in fc.items() if k in wanted or k == "auto"}
+        fc = {k: v for k, v in fc.items() if k in wanted or k.startswith("auto")}
         out.append(OriginForecasts(o, y[o + 1 : o + 1 + settings.horizon], naive_scale(tr_y), fc, chosen,
                                    recent=y[max(0, o - 35) : o + 1]))
     return out

@@ -13,9 +13,10 @@ candidate failing, or nothing beating persistence.
 Tail safety at the serving horizon: the winner is chosen on the average over h = 1..H, but an
 autoscaler acts on the first steps. The chosen entry's first ``lead_steps`` are guarded on the
 same validation forecasts (``forecaster.models.guard``): blended towards the last value as far
-as the validation tail says helps, served by persistence at h = 1 unless the model beats it
-there by ``lead_guard_z`` standard errors, and never moved more than ``lead_max_move`` typical
-one-step changes from the last value. The reason string says what the guard did. With a
+as the validation tail says helps, that blend pulled further to persistence the weaker its
+evidence of beating persistence (full weight from ``lead_evidence_z`` standard errors), and
+never moved more than ``lead_max_move`` typical one-step changes (growing as
+h ** ``lead_move_growth``) from the last value. The reason string says what the guard did. With a
 single candidate (a model the user named rather than ``auto``) nothing is guarded. Validation
 targets that were gaps in the data (filled by interpolation) are not scored: a straight
 interpolated line flatters trend-following models.
@@ -57,7 +58,8 @@ class SelectionSettings:
     """How ``auto`` chooses. ``horizon_weights`` (one per step h = 1..H, None = equal) say
     which horizons matter for scaling; durations are in days of history. ``lead_*``: the guard
     on the first ``lead_steps`` (see the module doc); ``lead_max_move`` is in units of the mean
-    one-step change of the history (<= 0: no cap)."""
+    one-step change of the history (<= 0: no cap). The lead defaults were chosen on the tune half
+    of the public CPU series (bench/forecast_accuracy.py --part tune)."""
 
     candidates: tuple[str, ...] = DEFAULT_CANDIDATES
     horizon_weights: tuple[float, ...] | None = None
@@ -68,8 +70,9 @@ class SelectionSettings:
     bias_correct: bool = True
     lead_guard: bool = True
     lead_steps: int = 2
-    lead_guard_z: float = 3.0
-    lead_max_move: float = 2.0
+    lead_evidence_z: float = 4.0
+    lead_max_move: float = 3.0
+    lead_move_growth: float = 0.5
 
     def weights(self, h: int) -> np.ndarray:
         if self.horizon_weights is None:
@@ -235,6 +238,7 @@ def choose(
     scale: float,
     settings: SelectionSettings = SelectionSettings(),
     last: np.ndarray | None = None,
+    _guard_rule=None,
 ) -> tuple[list[CandidateResult], CandidateResult]:
     """Best of the candidates and (if ``combine``) of the equal-weight pairs of candidates,
     with its lead steps guarded (``lead_guard``; needs ``last``, the value at each validation
@@ -245,7 +249,9 @@ def choose(
     bursty CPU series AR and moving averages are pulled up by spikes). The shift is part of
     the choice and travels with the chosen model (``Model.set_bias``, or inside the guard).
     ``pool`` holds every entry's unguarded score; the returned best carries the guarded
-    validation forecasts and score, which is what is served."""
+    validation forecasts and score, which is what is served. ``_guard_rule`` (private: the
+    benchmark's side-by-side of an earlier rule) replaces ``lead_guard`` with a callable taking
+    (actual, means, last, scale, lead_steps) and returning (spec, guarded means)."""
     ok = [r for r in results if r.model is not None]
     if not ok:
         raise ModelError("every candidate failed: " + "; ".join(f"{r.name}: {r.error}" for r in results))
@@ -269,8 +275,11 @@ def choose(
     # one candidate = a model the user named: served as configured (the live check still applies)
     guarded = settings.lead_guard and settings.lead_steps > 0 and len(results) > 1
     if guarded and lv is not None and best.name != "persistence":
-        spec, gm = lead_guard(actual, best.means, lv, scale, settings.lead_steps,
-                              settings.lead_guard_z, settings.lead_max_move)
+        if _guard_rule is None:
+            spec, gm = lead_guard(actual, best.means, lv, scale, settings.lead_steps, settings.lead_evidence_z,
+                                  settings.lead_max_move, settings.lead_move_growth)
+        else:
+            spec, gm = _guard_rule(actual, best.means, lv, scale, settings.lead_steps)
         mase = _colmean(np.abs(actual - gm)) / scale
         best = CandidateResult(best.name, best.model, gm, mase, float(np.sum(w * mase) / wsum),
                                shift=None, last=lv, guard=spec, inner_shift=best.shift)
