@@ -100,7 +100,7 @@ def lead_guard(
             mp = float(np.mean(e_pers))
             gain_h1 = float(np.mean(e_pers - np.abs(a - f[ok]))) / mp if mp > 0 else 0.0
             z_h1 = z
-        weights.append(w)
+        weights.append(float(w))
     spec = GuardSpec(tuple(weights), max_move, gain_h1, float(z_h1), float(move_growth))
     return spec, apply_guard(means, last, spec)
 
