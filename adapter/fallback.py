@@ -9,7 +9,16 @@ The request path never waits long on the source: readings are cached per workloa
 waits at most ``wait_seconds`` for one. A reading older than ``max_age_seconds`` is never
 served: with the source down too, the metric is a 503 (discovery keeps working).
 
-``DemandReader`` is the seam: ``PrometheusDemandReader`` runs each workload's own demand query
+At fleet scale (every HPA asking at once when Redis goes) the reads are batched: requests only
+add their workload to a bounded set of wanted ones (``max_wanted``), and one reader thread reads
+the whole set at a time (``DemandReader.observe_many``). ``PrometheusDemandReader`` answers a
+batch with a few PromQL queries grouped by pod (one for the demand of every workload on the
+default query, one per capacity reading), attributing each pod to its workload by the names
+Kubernetes gives pods (``forecaster.workloads.owner_name``); workloads with their own queries are
+read one query each by ``workers`` threads. Memory and Prometheus load are bounded by the
+number of workloads, not by the request rate.
+
+``DemandReader`` is the seam: ``PrometheusDemandReader`` runs the workloads' demand queries
 (``foresight serve --config``); ``foresight up`` plugs in a reader over its replayed traces.
 """
 
@@ -19,10 +28,11 @@ import logging
 import math
 import threading
 import time
+from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
 log = logging.getLogger("foresight.adapter.fallback")
 
@@ -50,6 +60,21 @@ class DemandReader(Protocol):
         """True when this reader has a query for the workload."""
 
 
+def observe_each(reader: DemandReader, series_ids: Iterable[str]) -> dict[str, Observation | None]:
+    """A batch read by one ``observe`` per workload (for readers without ``observe_many``).
+    DemandUnavailable propagates: the source is down for the whole batch."""
+    out: dict[str, Observation | None] = {}
+    for sid in series_ids:
+        try:
+            out[sid] = reader.observe(sid)
+        except DemandUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bad query loses this workload, not the batch
+            log.warning("observed demand of %s could not be read: %s", sid, exc)
+            out[sid] = None
+    return out
+
+
 def _finite(v: Any) -> float | None:
     try:
         f = float(v)
@@ -59,28 +84,41 @@ def _finite(v: Any) -> float | None:
 
 
 class PrometheusDemandReader:
-    """Each configured workload's own demand query (and capacity queries), as instant queries.
+    """The configured workloads' demand (and capacity) as instant queries.
 
     ``source`` is a forecaster PrometheusSource (the only module speaking PromQL); build it with
     a short timeout and no retries: the adapter bounds its own waits and retries next round.
+    ``observe_many`` batches the workloads on the default queries (see the module doc).
     """
 
-    def __init__(self, source: Any, workloads: Iterable[Any], clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, source: Any, workloads: Iterable[Any], clock: Callable[[], float] = time.time,
+                 workers: int = 4, namespaces_per_query: int = 200) -> None:
+        from forecaster.workloads import DEFAULT_DEMAND_QUERY, POD_SUFFIX, default_query
+
         self.source = source
         self.workloads = {w.series_id: w for w in workloads}
         self.clock = clock
+        self.namespaces_per_query = namespaces_per_query
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="foresight-observed")
+        # workloads on the default demand query, by (namespace, kind, name): readable in a batch
+        self.batchable = {sid for sid, w in self.workloads.items() if getattr(w, "kind", None) in POD_SUFFIX
+                          and w.demand_query == default_query(DEFAULT_DEMAND_QUERY, w.namespace, w.name, w.kind)}
+        self.queries = 0  # PromQL queries sent (the benchmark's query rate)
 
     def knows(self, series_id: str) -> bool:
         return series_id in self.workloads
 
-    def _sum(self, query: str) -> float | None:
+    def _rows(self, query: str) -> list[tuple[dict[str, str], float]]:
         from forecaster.sources.base import SourceUnavailable
 
+        self.queries += 1
         try:
-            rows = self.source.instant(query)
+            return self.source.instant(query)
         except SourceUnavailable as exc:
             raise DemandUnavailable(str(exc)) from exc
-        vals = [v for _, v in rows if _finite(v) is not None]
+
+    def _sum(self, query: str) -> float | None:
+        vals = [v for _, v in self._rows(query) if _finite(v) is not None]
         return float(sum(vals)) if vals else None
 
     def observe(self, series_id: str) -> Observation | None:
@@ -99,9 +137,81 @@ class PrometheusDemandReader:
             request = self._sum(w.cpu_request_query())
         return Observation(cores=cores, at=self.clock(), ready_pods=pods, cpu_request_cores=request)
 
+    def observe_many(self, series_ids: Iterable[str]) -> dict[str, Observation | None]:
+        ids = [s for s in series_ids if s in self.workloads]
+        batch = [s for s in ids if s in self.batchable]
+        own = [s for s in ids if s not in self.batchable]
+        futs = [self._pool.submit(observe_each, self, chunk) for chunk in _chunks(own, len(own) // 4 + 1)]
+        out = self._batched(batch) if batch else {}
+        for f in futs:
+            out.update(f.result())  # DemandUnavailable propagates
+        return out
+
+    def _batched(self, ids: list[str]) -> dict[str, Observation | None]:
+        """Per-pod rows of a few grouped queries, summed per workload exactly as each
+        workload's own default query sums them."""
+        ws = [self.workloads[s] for s in ids]
+        cores = self._per_workload(ws, 'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{{{ns},'
+                                       'container!=""}}[5m]))')
+        need_pods = [w for w in ws if w.capacity.ready_pods is None and not w.capacity.ready_pods_query]
+        pods = self._per_workload(need_pods, 'sum by (namespace, pod) (kube_pod_status_ready{{{ns},condition="true"}})') \
+            if need_pods else {}
+        need_req = [w for w in ws if w.capacity.cpu_request_cores is None and not w.capacity.cpu_request_query]
+        req = self._per_workload(need_req, 'kube_pod_container_resource_requests{{{ns},resource="cpu"}}', mean=True) \
+            if need_req else {}
+        special = [w for w in ws if (w.capacity.ready_pods is None and w.capacity.ready_pods_query)
+                   or (w.capacity.cpu_request_cores is None and w.capacity.cpu_request_query)]
+        for w in special:  # a capacity query of its own: read alone
+            if w.capacity.ready_pods is None and w.capacity.ready_pods_query:
+                got = self._sum(w.capacity.ready_pods_query)
+                pods[w.series_id] = got if got is not None else math.nan
+            if w.capacity.cpu_request_cores is None and w.capacity.cpu_request_query:
+                got = self._sum(w.capacity.cpu_request_query)
+                req[w.series_id] = got if got is not None else math.nan
+        now, out = self.clock(), {}
+        for w in ws:
+            c = cores.get(w.series_id)
+            if c is None:
+                out[w.series_id] = None
+                continue
+            p = w.capacity.ready_pods if w.capacity.ready_pods is not None else pods.get(w.series_id)
+            r = w.capacity.cpu_request_cores if w.capacity.cpu_request_cores is not None else req.get(w.series_id)
+            out[w.series_id] = Observation(
+                cores=c, at=now, ready_pods=None if p is None or math.isnan(p) else int(p),
+                cpu_request_cores=None if r is None or math.isnan(r) else float(r))
+        return out
+
+    def _per_workload(self, ws: list, template: str, mean: bool = False) -> dict[str, float]:
+        """One query per group of namespaces; each row's pod is attributed to its workload."""
+        from forecaster.workloads import owner_name
+
+        index: dict[tuple[str, str, str], str] = {(w.namespace, w.kind, w.name): w.series_id for w in ws}
+        kinds = sorted({w.kind for w in ws})
+        acc: dict[str, list[float]] = defaultdict(list)
+        for group in _chunks(sorted({w.namespace for w in ws}), self.namespaces_per_query):
+            sel = f'namespace="{group[0]}"' if len(group) == 1 else 'namespace=~"' + "|".join(group) + '"'
+            for labels, v in self._rows(template.format(ns=sel)):
+                ns, pod, f = labels.get("namespace", ""), labels.get("pod", ""), _finite(v)
+                if f is None:
+                    continue
+                for kind in kinds:
+                    sid = index.get((ns, kind, owner_name(kind, pod) or ""))
+                    if sid is not None:
+                        acc[sid].append(f)
+        return {sid: (sum(vs) / len(vs) if mean else float(sum(vs))) for sid, vs in acc.items()}
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _chunks(xs: list, n: int) -> list[list]:
+    n = max(1, n)
+    return [xs[i:i + n] for i in range(0, len(xs), n)]
+
 
 class ObservedDirect:
-    """A short-TTL, bounded-wait cache of observations from a ``DemandReader``."""
+    """A short-TTL, bounded-wait cache of observations from a ``DemandReader``, refreshed in
+    batches by one reader thread from a bounded set of wanted workloads."""
 
     def __init__(
         self,
@@ -112,20 +222,30 @@ class ObservedDirect:
         max_age_seconds: float = 120.0,
         clock: Callable[[], float] = time.monotonic,
         on_error: Callable[[Exception], None] | None = None,
+        max_wanted: int = 100_000,
+        gather_seconds: float = 0.05,
     ) -> None:
         self.reader = reader
         self.ttl_seconds = ttl_seconds
         self.wait_seconds = wait_seconds
         self.max_age_seconds = max_age_seconds
         self.clock = clock
+        self.max_wanted = max_wanted
+        # a batch starts this long after its first workload was asked for: the HPAs asking in
+        # the same moment share it
+        self.gather_seconds = gather_seconds
         self._cache: dict[str, tuple[Observation | None, float]] = {}
-        self._inflight: dict[str, Future] = {}
+        self._wanted: dict[str, None] = {}  # insertion-ordered set, at most max_wanted
+        self._next: Future = Future()  # done when the batch now being gathered is read
         self._lock = threading.Lock()
-        # A few threads: one stalled query must not hold up every other workload's refresh.
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="foresight-observed")
+        self._work = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         self._on_error = on_error
         self.last_error: str | None = None
         self.last_ok: float | None = None
+        self.dropped = 0  # asks refused because the wanted set was full
+        self.batches = 0
 
     def knows(self, series_id: str) -> bool:
         return self.reader.knows(series_id)
@@ -137,67 +257,89 @@ class ObservedDirect:
             return None
         return self.last_error is None
 
-    def _read(self, series_id: str) -> Observation | None:
+    def _read(self, ids: list[str]) -> None:
+        many = getattr(self.reader, "observe_many", None)
         try:
-            obs = self.reader.observe(series_id)
+            got = many(ids) if many is not None else observe_each(self.reader, ids)
         except DemandUnavailable as exc:
-            # Returned, not raised: an awaited future's exception would be logged as never retrieved.
             if self.last_error is None:
                 log.warning("observed demand cannot be read directly: %s", exc)
             self.last_error = str(exc)
             if self._on_error:
                 self._on_error(exc)
-            return None
-        except Exception as exc:  # noqa: BLE001 - a bad query loses this workload, not the process
-            log.warning("observed demand of %s could not be read: %s", series_id, exc)
-            obs = None
+            return
+        except Exception as exc:  # noqa: BLE001 - the next batch tries again
+            log.warning("observed demand could not be read (%d workloads): %s", len(ids), exc)
+            return
         if self.last_error is not None:
             log.warning("observed demand is readable again")
         self.last_error = None
-        self.last_ok = self.clock()
+        now = self.last_ok = self.clock()
         with self._lock:
-            self._cache[series_id] = (obs, self.clock())
-        return obs
+            for sid in ids:
+                self._cache[sid] = (got.get(sid), now)
 
-    def _refresh(self, series_id: str) -> Future:
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            if not self._work.wait(0.5):
+                continue
+            self._stop.wait(self.gather_seconds)
+            with self._lock:
+                ids, done = list(self._wanted), self._next
+                self._wanted, self._next = {}, Future()
+                self._work.clear()
+            if ids:
+                self._read(ids)
+                self.batches += 1
+            done.set_result(None)
+
+    def _ask(self, series_id: str) -> Future | None:
+        """The future of the batch that will read ``series_id``; None when the set is full."""
         with self._lock:
-            fut = self._inflight.get(series_id)
-            if fut is not None:
-                return fut
-            fut = self._pool.submit(self._read, series_id)
-            self._inflight[series_id] = fut
-        # Outside the lock: a read that already finished (a refused connection is instant)
-        # runs the callback right here, and the callback takes the lock.
-        fut.add_done_callback(lambda _f, s=series_id: self._done(s))
+            if series_id not in self._wanted:
+                if len(self._wanted) >= self.max_wanted:
+                    self.dropped += 1
+                    return None
+                self._wanted[series_id] = None
+            fut = self._next
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="foresight-observed", daemon=True)
+                self._thread.start()
+        self._work.set()
         return fut
-
-    def _done(self, series_id: str) -> None:
-        with self._lock:
-            self._inflight.pop(series_id, None)
 
     def get(self, series_id: str, pending: list[Future] | None = None) -> Observation | None:
         """A usable observation, or None (unknown workload, no data, or source down too).
 
-        With nothing usable cached, a read is started; a caller on an event loop passes
-        ``pending`` to get its future back (and awaits it itself) instead of blocking here
-        for up to ``wait_seconds``."""
+        With nothing usable cached, the workload is asked for in the next batch; a caller on an
+        event loop passes ``pending`` to get the batch's future back (and awaits it itself)
+        instead of blocking here for up to ``wait_seconds``."""
         if not self.reader.knows(series_id):
             return None
         now = self.clock()
-        with self._lock:
-            hit = self._cache.get(series_id)
+        hit = self._cache.get(series_id)
         if hit is not None and now - hit[1] <= self.ttl_seconds:
             return hit[0]
-        fut = self._refresh(series_id)
+        fut = self._ask(series_id)
         if hit is not None and now - hit[1] <= self.max_age_seconds:
             return hit[0]  # stale-while-revalidate
+        if fut is None:
+            return None
         if pending is not None:
             pending.append(fut)
             return None
         try:
-            return fut.result(timeout=self.wait_seconds)
+            fut.result(timeout=self.wait_seconds)
         except FutureTimeout:
             return None
+        hit = self._cache.get(series_id)
+        return hit[0] if hit is not None and self.clock() - hit[1] <= self.max_age_seconds else None
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._stop.set()
+        self._work.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        close = getattr(self.reader, "close", None)
+        if close is not None:
+            close()

@@ -4,6 +4,7 @@ the path of every problem (``workloads[3].serving.violation_cost_pods``)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
@@ -17,17 +18,26 @@ from forecaster.serving import ServingSettings
 # Prometheus anchors regexes, so `api` no longer matches a sibling `api-gateway`'s pods
 # (api-gateway-<hash>-<5>: one segment too many) the way a `api-.*` prefix did.
 POD_NAME_ALPHABET = "[bcdfghjklmnpqrstvwxz2456789]"
-POD_REGEX = {
-    "Deployment": "{name}-" + POD_NAME_ALPHABET + "{{1,10}}-" + POD_NAME_ALPHABET + "{{5}}",
-    "ReplicaSet": "{name}-" + POD_NAME_ALPHABET + "{{5}}",
-    "StatefulSet": "{name}-[0-9]+",
+POD_SUFFIX = {  # what Kubernetes appends to the workload's name
+    "Deployment": "-" + POD_NAME_ALPHABET + "{1,10}-" + POD_NAME_ALPHABET + "{5}",
+    "ReplicaSet": "-" + POD_NAME_ALPHABET + "{5}",
+    "StatefulSet": "-[0-9]+",
 }
-PREFIX_POD_REGEX = "{name}-.*"  # kinds whose pod names Kubernetes does not generate (Function)
+PREFIX_POD_SUFFIX = "-.*"  # kinds whose pod names Kubernetes does not generate (Function)
+_OWNER = {kind: re.compile("(.+)" + suffix) for kind, suffix in POD_SUFFIX.items()}
 
 
 def pod_regex(kind: str, name: str) -> str:
     """The anchored regex of exactly the pod names a workload of this kind gets."""
-    return POD_REGEX.get(kind, PREFIX_POD_REGEX).format(name=name)
+    return name + POD_SUFFIX.get(kind, PREFIX_POD_SUFFIX)
+
+
+def owner_name(kind: str, pod: str) -> str | None:
+    """The name of the workload of ``kind`` whose pod_regex matches ``pod`` (one at most: the
+    suffix fixes the segments after the name), or None."""
+    rx = _OWNER.get(kind)
+    m = rx.fullmatch(pod) if rx is not None else None
+    return m.group(1) if m else None
 
 
 # The demand: cAdvisor only (the kubelet's /metrics/cadvisor), no kube-state-metrics.

@@ -322,11 +322,10 @@ def test_foresight_up_serves_its_replayed_trace_demand_when_its_store_is_down(re
     assert served == pytest.approx(obs.cores / (obs.ready_pods * 0.5), rel=1e-6)
 
 
-def test_a_read_that_finishes_before_it_is_registered_does_not_deadlock():
-    """A refused connection fails at once: the read's future can be done before its
-    completion callback is added (found by bench/chaos.py, where it froze both replicas)."""
+def test_a_read_that_fails_at_once_does_not_deadlock_and_marks_the_source_down():
+    """A refused connection fails at once: the batch's future is done before the asking
+    request awaits it (an instant failure once froze both replicas in bench/chaos.py)."""
     import threading
-    from concurrent.futures import Future
 
     from adapter.fallback import DemandUnavailable, ObservedDirect
 
@@ -337,20 +336,15 @@ def test_a_read_that_finishes_before_it_is_registered_does_not_deadlock():
         def observe(self, sid):
             raise DemandUnavailable("connection refused")
 
-    class Inline:  # an executor whose futures are done when submit returns
-        def submit(self, fn, *a):
-            f = Future()
-            f.set_result(fn(*a))
-            return f
-
-        def shutdown(self, **kw):
-            pass
-
-    od = ObservedDirect(Refused())
-    od._pool = Inline()
+    od = ObservedDirect(Refused(), gather_seconds=0.0)
     got = []
-    t = threading.Thread(target=lambda: got.append(od.get("shop/checkout", [])), daemon=True)
+    t = threading.Thread(target=lambda: got.append(od.get("shop/checkout")), daemon=True)
     t.start()
     t.join(10)
     assert not t.is_alive(), "get() deadlocked"
     assert got == [None] and od.source_up is False
+    pending: list = []
+    assert od.get("shop/checkout", pending) is None and len(pending) == 1
+    pending[0].result(timeout=10)
+    assert od.source_up is False and od.batches == 2
+    od.close()
