@@ -1,0 +1,40 @@
+"""bench/forecast_accuracy.py's guard comparison in quick mode: the shipped ``auto`` and the two
+benchmark-only rows (no guard, the first guard) from one run, on one half of the tune/holdout
+split that bench/replay_all.py uses."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from bench.replay_all import in_part
+
+from .test_quick import load, run_quick
+
+ROWS = ("auto", "auto_before_guard", "auto_guard_e4b3f37")
+
+
+def test_quick_guard_table_compares_the_three_rows_on_the_tune_half_only(tmp_path):
+    out = run_quick("forecast_accuracy", tmp_path, "--part", "tune")
+    doc = load(tmp_path / "forecast_accuracy.json")
+    assert doc["part"] == "tune" and doc["series"] == 2
+    rows = pd.read_csv(tmp_path / "forecast_accuracy.csv")
+    ids = set(rows["series_id"])
+    assert len(ids) == 2 and all(in_part(s, "tune") for s in ids)
+    assert set(rows["model"]) == {"persistence", *ROWS}
+    table = doc["guard_comparison"]
+    assert list(table) == list(ROWS)
+    for name in ROWS:
+        d = table[name]
+        for h in (1, 2, 3, 6, 12):
+            assert math.isfinite(d[f"mase_h{h}_median"]) and d[f"mase_h{h}_median"] > 0, (name, h)
+        assert d["h1_ratio_series"] == 2 and d["h1_ratio_max"] > 0
+        assert 0 <= d["h1_ratio_share_above_1.1"] <= 1
+    # beyond the guarded steps the rows are the same forecasts from the same fits
+    for h in (3, 6, 12):
+        assert len({round(table[n][f"mase_h{h}_median"], 9) for n in ROWS}) == 1
+    assert "lead-step guard: median MASE per horizon" in out
+    for name in ROWS:
+        assert f"  {name} " in out
+    assert "h1_median_within_10%_of_before_guard" in out
