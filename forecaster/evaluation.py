@@ -10,19 +10,21 @@
 - ``auto`` = the per-series selection (``forecaster.selection``) run at every origin on that
   origin's training data only, so it is judged on forecasts it made before seeing the truth.
 
-Every model at an origin is fitted once; its forecasts feed both its own row and ``auto``.
+Every model at an origin is fitted once; its forecasts feed both its own row and ``auto``
+(and the rows of ``BacktestSettings.auto_variants``). The metrics are in
+``forecaster.backtest_metrics``.
 Global models (LSTM) are trained once per run on each series' data before its first origin.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from forecaster.backtest_metrics import metrics_rows, pinball, summarize  # noqa: F401 (re-exported)
 from forecaster.models import Model, ModelError, clean_history, get_model
 from forecaster.models.base import season_length
 from forecaster.selection import (
@@ -33,7 +35,6 @@ from forecaster.selection import (
     conformal_offsets,
     evaluate_candidates,
 )
-from forecaster.store import quantile_key
 
 RESULT_COLUMNS = ["series_id", "model", "h", "mae", "mase", "pinball_p90", "coverage_p90"]
 
@@ -49,11 +50,6 @@ class BacktestSettings:
     # more rows of ``auto`` from the same candidate fits: (row name, selection settings, guard
     # rule or None), e.g. the benchmark's earlier guard rules side by side
     auto_variants: tuple = ()
-
-
-def pinball(y: np.ndarray, q_pred: np.ndarray, q: float) -> np.ndarray:
-    d = y - q_pred
-    return np.maximum(q * d, (q - 1) * d)
 
 
 def naive_scale(train: np.ndarray) -> float:
@@ -205,77 +201,6 @@ def backtest_series(
         fc = {k: v for k, v in fc.items() if k in wanted}
         out.append(OriginForecasts(o, actual, naive_scale(tr_y), fc, chosen))
     return out
-
-
-def metrics_rows(series_id: str, origins: Sequence[OriginForecasts], quantiles: Sequence[float] = (0.5, 0.9)) -> list[dict[str, Any]]:
-    """Per model and horizon: MAE, MASE, pinball and coverage for each quantile (NaN-aware)."""
-    if not origins:
-        return []
-    H = len(origins[0].actual)
-    models = list(origins[0].forecasts)
-    rows = []
-    for m in models:
-        A = np.vstack([np.pad(o.actual, (0, H - len(o.actual)), constant_values=np.nan) for o in origins])
-        M = np.vstack([o.forecasts[m][0] for o in origins])
-        S = np.array([o.scale for o in origins])[:, None]
-        err = np.abs(A - M)
-        ok = np.isfinite(A)
-        for h in range(H):
-            sel = ok[:, h]
-            if not sel.any():
-                continue
-            row = {
-                "series_id": series_id,
-                "model": m,
-                "h": h + 1,
-                "mae": float(np.mean(err[sel, h])),
-                "mase": float(np.mean(err[sel, h] / S[sel, 0])),
-            }
-            for q in quantiles:
-                k = quantile_key(q)
-                Q = np.vstack([o.forecasts[m][1][k] for o in origins])
-                row[f"pinball_{k}"] = float(np.mean(pinball(A[sel, h], Q[sel, h], q)))
-                row[f"coverage_{k}"] = float(np.mean(A[sel, h] <= Q[sel, h]))
-            rows.append(row)
-    return rows
-
-
-def summarize(rows_frame, horizons: Sequence[int] = (1, 6, 12)):
-    """Median across series per model: MASE at chosen horizons, mean MASE over 1..H, skill
-    vs persistence (1 - MAE/MAE_persistence) overall and per horizon, p90 coverage."""
-    import pandas as pd
-
-    df = rows_frame
-    per_series = df.groupby(["model", "series_id"]).agg(mean_mase=("mase", "mean"), mean_mae=("mae", "mean"))
-    out = {}
-    pers = None
-    if "persistence" in df["model"].unique():
-        pers = df[df.model == "persistence"].set_index(["series_id", "h"])["mae"]
-        pers_mean = per_series.loc["persistence", "mean_mae"]
-    for m, g in df.groupby("model"):
-        ps = per_series.loc[m]
-        d: dict[str, Any] = {
-            "series": int(len(ps)),
-            "mean_mase_median": float(ps["mean_mase"].median()),
-            "mean_mase_mean": float(ps["mean_mase"].mean()),
-        }
-        for h in horizons:
-            gh = g[g.h == h]
-            d[f"mase_h{h}_median"] = float(gh["mase"].median()) if len(gh) else math.nan
-        if "coverage_p90" in g:
-            d["coverage_p90_median"] = float(g.groupby("series_id")["coverage_p90"].mean().median())
-            d["pinball_p90_median"] = float(g.groupby("series_id")["pinball_p90"].mean().median())
-        if pers is not None:
-            skill = 1 - ps["mean_mae"] / pers_mean.reindex(ps.index)
-            skill = skill.replace([np.inf, -np.inf], np.nan)
-            d["skill_median"] = float(skill.median())
-            d["wins_vs_persistence"] = float((skill > 0).mean())
-            gi = g.set_index(["series_id", "h"])["mae"]
-            for h in horizons:
-                sk = 1 - gi.xs(h, level="h") / pers.xs(h, level="h").reindex(gi.xs(h, level="h").index)
-                d[f"skill_h{h}_median"] = float(sk.replace([np.inf, -np.inf], np.nan).median())
-        out[m] = d
-    return pd.DataFrame(out).T
 
 
 # --- whole-dataset runner (``foresight backtest`` and bench/forecast_accuracy.py) ----------
