@@ -210,12 +210,16 @@ def plot(summary: pd.DataFrame, rows: pd.DataFrame, path: Path, ratios: pd.DataF
     if len(axes) > 3:
         ax = axes[3]
         r = np.sort(np.minimum(ratios["ratio"].to_numpy(), 10.0))[::-1]
-        ax.plot(np.arange(1, len(r) + 1), r, marker=".", color="tab:red")
+        ax.plot(np.arange(1, len(r) + 1), r, marker=".", color="tab:red", label="auto (shipped)")
+        for m, c in ((BEFORE_GUARD, "tab:grey"), (FIRST_GUARD, "tab:blue")):
+            if m in set(rows["model"]):
+                rv = np.sort(np.minimum(h1_ratios(rows, m)["ratio"].to_numpy(), 10.0))[::-1]
+                ax.plot(np.arange(1, len(rv) + 1), rv, lw=1, color=c, label=m)
         ax.axhline(TARGETS["h1_ratio_max"], color="k", ls="--", lw=1, label=f"max {TARGETS['h1_ratio_max']:g}x")
         ax.axhline(1.1, color="grey", ls=":", lw=1, label="1.1x (<= 3% of series above)")
         ax.set_yscale("log")
         ax.set_xlabel("series, worst first")
-        ax.set_ylabel("auto h=1 MAE / persistence h=1 MAE (capped at 10)")
+        ax.set_ylabel("h=1 MAE / persistence h=1 MAE (capped at 10)")
         ax.legend(fontsize=8)
     fig.suptitle("Walk-forward backtest: last 7 days, origins every 12 h, <= 14 days training")
     fig.tight_layout()
