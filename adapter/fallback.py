@@ -103,6 +103,9 @@ class PrometheusDemandReader:
         # workloads on the default demand query, by (namespace, kind, name): readable in a batch
         self.batchable = {sid for sid, w in self.workloads.items() if getattr(w, "kind", None) in POD_SUFFIX
                           and w.demand_query == default_query(DEFAULT_DEMAND_QUERY, w.namespace, w.name, w.kind)}
+        self._by_ns: dict[str, list] = defaultdict(list)
+        for sid in sorted(self.batchable):
+            self._by_ns[self.workloads[sid].namespace].append(self.workloads[sid])
         self.queries = 0  # PromQL queries sent (the benchmark's query rate)
 
     def knows(self, series_id: str) -> bool:
@@ -138,6 +141,8 @@ class PrometheusDemandReader:
         return Observation(cores=cores, at=self.clock(), ready_pods=pods, cpu_request_cores=request)
 
     def observe_many(self, series_ids: Iterable[str]) -> dict[str, Observation | None]:
+        """The asked workloads' observations, and those of the batchable workloads sharing
+        their namespaces (read by the same queries)."""
         ids = [s for s in series_ids if s in self.workloads]
         batch = [s for s in ids if s in self.batchable]
         own = [s for s in ids if s not in self.batchable]
@@ -149,8 +154,10 @@ class PrometheusDemandReader:
 
     def _batched(self, ids: list[str]) -> dict[str, Observation | None]:
         """Per-pod rows of a few grouped queries, summed per workload exactly as each
-        workload's own default query sums them."""
-        ws = [self.workloads[s] for s in ids]
+        workload's own default query sums them. The queries read whole namespaces, so every
+        batchable workload of those namespaces is answered, not only the ones asked for: one
+        batch refreshes the fleet, and the HPAs asking later in the interval find it cached."""
+        ws = [w for ns in sorted({self.workloads[s].namespace for s in ids}) for w in self._by_ns[ns]]
         cores = self._per_workload(ws, 'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{{{ns},'
                                        'container!=""}}[5m]))')
         need_pods = [w for w in ws if w.capacity.ready_pods is None and not w.capacity.ready_pods_query]
@@ -278,6 +285,8 @@ class ObservedDirect:
         with self._lock:
             for sid in ids:
                 self._cache[sid] = (got.get(sid), now)
+            for sid, obs in got.items():  # read by the same queries: fresh too
+                self._cache[sid] = (obs, now)
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -55,6 +55,9 @@ def test_a_batch_equals_every_workloads_own_queries_with_three_grouped_queries_f
     assert batch["shop/batch-large"].cores == pytest.approx(5.0)
     assert batch["shop/custom"].cores == pytest.approx(0.4)
     assert batch["shop/ghost"] is None  # no pods: nothing invented
+    reader.queries = 0
+    one = reader.observe_many(["shop/api"])  # the same three queries answer the whole namespace
+    assert reader.queries == 3 and set(one) == reader.batchable and one["shop/db"] == batch["shop/db"]
 
 
 def test_requests_share_one_batch_and_the_wanted_set_is_bounded(reader):
@@ -66,4 +69,6 @@ def test_requests_share_one_batch_and_the_wanted_set_is_bounded(reader):
     pending[0].result(timeout=30)
     assert od.batches == 1
     assert od.get("shop/api").cores == pytest.approx(0.5) and od.get("shop/db").ready_pods == 1
+    # the one refused for a full set was read by the same batch (its namespace's queries)
+    assert od.get("shop/api-gateway").cores == pytest.approx(1.0) and od.batches == 1
     od.close()
