@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl, unquote_plus
 
 from adapter.declared import DeclaredMetrics
 from adapter.fallback import ObservedDirect
-from adapter.metrics import NoData, ServedValue, served_cores, served_load_ratio
+from forecaster.served import NoData, ServedValue, served_cores, served_load_ratio
 from adapter.observemode import observe_row
 from adapter.quantity import format_quantity
 from adapter.responses import DNS_LABEL, GROUP, GROUP_VERSION, PREFIX, VERSION, dumps, rfc3339, status_body
@@ -326,7 +326,7 @@ class AdapterCore:
             "fallback_reason": (fc.reason or None) if fc else (
                 "the forecast store is unreachable" if store_down else "no forecast published"),
             # the serving policy the trainer chose for this workload, with why (applied by
-            # adapter/metrics.py to every served value below)
+            # forecaster/served.py to every served value below)
             "serving_policy": dict(fc.policy) if fc and fc.policy else None,
             # Observe mode: what the predictive HPA would have done beside the actual replicas
             "observe": observe_row(self.observe_view, sid, lambda: self.watched_pods(sid, fc.meta if fc else None)),

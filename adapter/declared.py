@@ -1,7 +1,7 @@
 """Declared metrics besides CPU (``forecaster.predicted``): ``predicted_<name>`` (the demand)
 and ``predicted_<name>_ratio`` (demand / (ready pods x capacity per replica)).
 
-The values come from the same rule as the CPU metrics (``adapter.metrics.served_demand`` and
+The values come from the same rule as the CPU metrics (``forecaster.served.served_demand`` and
 ``served_demand_ratio``: ``served_cores``, and ``served_load_ratio`` with the declared capacity
 in place of the CPU request), so the policy's headroom, the observed floor, staleness and
 fallbacks apply unchanged; only the unit in the reason differs. ``DeclaredMetrics`` is the
@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from adapter.metrics import NoData, ServedValue, served_demand, served_demand_ratio
+from forecaster.served import NoData, ServedValue, served_demand, served_demand_ratio
 from forecaster.predicted import metric_series_id, served_metric, served_names
 from forecaster.store import Forecast, StoreError, StoreUnavailable
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from adapter.metrics import MetricSettings
+from forecaster.served import MetricSettings
 
 METRIC_LOAD_RATIO = "predicted_cpu_load_ratio"
 METRIC_CORES = "predicted_cpu_cores"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from adapter.metrics import ServedValue
+from forecaster.served import ServedValue
 from forecaster.store import Forecast
 
 if TYPE_CHECKING:

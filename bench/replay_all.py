@@ -53,8 +53,8 @@ MAIN_VARIANTS = {
     "ours": ("predictive", {}, {}),
 }
 COST_VARIANTS = {  # serving.violation_cost_pods, the one documented knob of the policy
-    "ours cost 70": ("predictive", {}, {"violation_cost_pods": 70.0}),
-    "ours cost 120": ("predictive", {}, {"violation_cost_pods": 120.0}),
+    "ours cost 150": ("predictive", {}, {"violation_cost_pods": 150.0}),
+    "ours cost 300": ("predictive", {}, {"violation_cost_pods": 300.0}),
 }
 MARGIN_VARIANTS = {  # serving.model_margin: the share of persistence's avoidable cost the model must save
     "ours margin 0.3": ("predictive", {}, {"model_margin": 0.3}),

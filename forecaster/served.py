@@ -1,7 +1,9 @@
 """Forecast -> the value the HPA receives. PURE: no web, no store, no clock.
 
-This is the one place that decides what we publish, so the adapter and the replay
-simulator (replay/) run exactly the same rule:
+This is the one place that decides what we publish: the adapter answers the HPA with it, the
+warm pool sizes its pools by it (over its own, longer window), the operator's Observe mode and
+the replay (replay/) run it, and the trainer's policy chooser scores with its lead-window
+function (``forecaster.leadwindow``) at the same timing (``forecaster.timing``):
 
 1. predicted demand = max of the configured quantile over the lead window
    [now, now + lead] (lead = pod start-up + one HPA sync): scaling must be decided a lead

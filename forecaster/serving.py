@@ -3,7 +3,7 @@
 The trainer *chooses* a policy per workload at every fit, walk-forward from the workload's own
 recent history (:func:`choose_policy`); it is *published* with every forecast
 (``Forecast.policy``, a plain versioned mapping); it is *applied* only in
-``adapter/metrics.py``. The replay runs the same trainer, so what it measures is what ships.
+``forecaster/served.py``. The replay runs the same trainer, so what it measures is what ships.
 
 A policy is (source, quantile, hold k, headroom m):
 - source ``model``: the forecast's quantile path; ``persistence``: a flat path at the

@@ -1,6 +1,6 @@
 """The published serving policy: the record a forecast carries (``Forecast.policy``), how it
 reads back, and which headroom it gives in a state. Chosen in ``forecaster.serving``, applied
-in ``adapter/metrics.py``."""
+in ``forecaster/served.py``."""
 
 from __future__ import annotations
 

@@ -88,7 +88,7 @@ class Forecast:
     observed: tuple[tuple[float, float], ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
     # the serving policy the trainer chose (forecaster.serving.ServingPolicy.to_dict());
-    # applied by adapter/metrics.py; empty for forecasts published without one
+    # applied by forecaster/served.py; empty for forecasts published without one
     policy: Mapping[str, Any] = field(default_factory=dict)
     generation: int = 0
 

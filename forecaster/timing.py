@@ -2,7 +2,7 @@
 
 The adapter serves, the trainer's policy chooser scores, and the replay simulates one rule; these
 are the numbers that rule assumes about a deployment. Each default here is the one every reader
-uses (``adapter.metrics.MetricSettings``, ``foresight serve``'s flags, ``forecaster.serving.
+uses (``forecaster.served.MetricSettings``, ``foresight serve``'s flags, ``forecaster.serving.
 ServingSettings``, ``replay.simulate.ReplayConfig`` and ``foresight replay``'s flags), so a
 changed default cannot leave a copy behind.
 """

@@ -3,7 +3,7 @@ observed demand, the value the adapter serves right now and where it comes from,
 replicas (ready now, and wanted by an HPA on the served value).
 
 ``table_rows`` and ``render`` are pure (forecasts and a clock in, lines out); the served value
-is computed by adapter/metrics.py, the rule the adapter itself applies, so the table shows
+is computed by forecaster/served.py, the rule the adapter itself applies, so the table shows
 what an HPA would receive. ``LiveTable`` writes them: redrawn in place on a terminal, appended
 (one block per refresh) when stdout is a pipe or a file, or with ``--no-live``.
 """
@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence, TextIO
 
-from adapter.metrics import MetricSettings, NoData, observed_now, served_cores
+from forecaster.served import MetricSettings, NoData, observed_now, served_cores
 
 log = logging.getLogger("foresight.up")
 

@@ -36,7 +36,7 @@ def run(args) -> int:
     import signal
     import threading
 
-    from adapter.metrics import MetricSettings
+    from forecaster.served import MetricSettings
     from forecaster.store import open_store
     from kubeoperator.kube import KubeApi
     from kubeoperator.runner import Operator, OperatorSettings

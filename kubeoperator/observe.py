@@ -2,7 +2,7 @@
 
 A shadow HPA per autoscaler runs the HPA v2 algorithm the replay models (``replay.hpa``: the
 same proposals, stabilization and rate limits, seeded the way the controller seeds itself) on
-the values the adapter would serve (``adapter.metrics``, the production rule) *if the workload
+the values the adapter would serve (``forecaster.served``, the production rule) *if the workload
 had the shadow's replicas*: the served ratio is divided by the pods the HPA counts, so a
 shadow at 6 replicas gets the ratio the adapter would serve to a workload at 6. Its replicas
 are what Act mode would have set; nothing is written to the workload.
@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from adapter.metrics import MetricSettings, NoData, observed_now
+from forecaster.served import MetricSettings, NoData, observed_now
 from forecaster.store import Forecast
 from forecaster.timing import TIMING
 from kubeoperator.spec import AutoscalerSpec

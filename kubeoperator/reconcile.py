@@ -2,7 +2,7 @@
 
 ``reconcile_autoscaler(obj, forecasts, now, ...)`` takes the object as read (its previous status
 included), the latest forecast of each of its series and the time, and returns what the runner
-writes. The served value is computed by adapter/metrics.py, the same code that answers the HPA.
+writes. The served value is computed by forecaster/served.py, the same code that answers the HPA.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from adapter.metrics import (MetricSettings, NoData, ServedValue, observed_now, served_cores, served_demand, served_demand_ratio,
+from forecaster.served import (MetricSettings, NoData, ServedValue, observed_now, served_cores, served_demand, served_demand_ratio,
                              served_load_ratio)
 from forecaster.store import Forecast
 from kubeoperator.observe import Capacity, Shadow, hpa_spec, observe_status, shadow_sync, slo_utilization

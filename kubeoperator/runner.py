@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import yaml
 
-from adapter.metrics import MetricSettings
+from forecaster.served import MetricSettings
 from forecaster.store import ForecastStore, StoreError
 from kubeoperator.kube import KubeApi, KubeError
 from kubeoperator.observe import Capacity

@@ -7,7 +7,7 @@ last ``history_days`` of samples up to s to ``forecaster.training.step_workload`
 function ``train_once`` runs per workload: the production ``Trainer`` retrains when due
 (selection, calibration and the serving-policy choice), refreshes (``Model.update``, live
 drift tracking and the drift fallback) and publishes into a ``MemoryForecastStore``. The HPA
-side reads ``store.latest`` and turns it into the served value with ``adapter.metrics``.
+side reads ``store.latest`` and turns it into the served value with ``forecaster.served``.
 
 The history window is the one ``train_once`` pulls at ``now = s + delay``: the grid points in
 [end - history_days, end] with end = floor(now / step) * step = s.

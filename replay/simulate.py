@@ -11,7 +11,7 @@ The simulated world (the settings of the published replay protocol the benchmark
 - The HPA syncs every ``step_seconds`` (15 s). Modes:
   reactive         Resource CPU Utilization target on D(t - delay) (the metric pipeline lag);
   predictive       the shipped HPA: a Resource CPU Utilization metric (the reactive floor) and an
-                   External Value target fed by adapter.metrics.served_load_ratio (the very
+                   External Value target fed by forecaster.served.served_load_ratio (the very
                    function the adapter serves) on what the production trainer published
                    (replay/pipeline.py: forecaster.training.step_workload on a simulated clock,
                    one step at s + delay for every 5-minute sample s, from the samples up to s
@@ -243,7 +243,7 @@ def served_as_deployed(fc, now: float, ready_pods: int, request: float, settings
     holds then and nothing more: the forecast as of the trainer's last refresh, with the
     observed samples that refresh published as its floor (not the demand of the moment), over
     the ready pods the HPA counts at this sync (what the adapter's pod watch reports)."""
-    from adapter.metrics import served_load_ratio
+    from forecaster.served import served_load_ratio
 
     return served_load_ratio(fc, now, ready_pods, request, settings)
 
@@ -278,7 +278,7 @@ def run_mode(world: World, mode: str, cfg: ReplayConfig, feed: ProductionFeed | 
 
     # predictive plumbing: the adapter's own code path, at a default deployment's settings
     if predictive:
-        from adapter.metrics import MetricSettings, NoData
+        from forecaster.served import MetricSettings, NoData
 
         settings = MetricSettings(lead_seconds=cfg.lead_seconds)
         served_err = 0

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from adapter.app import create_app
-from adapter.metrics import MetricSettings
+from forecaster.served import MetricSettings
 from adapter.quantity import format_quantity, parse_quantity
 from adapter.settings import AdapterSettings, CacheSettings
 from forecaster.store import MemoryForecastStore, RedisForecastStore
@@ -176,7 +176,7 @@ def test_rest_list_pages_and_filters_by_namespace():
 
 
 def test_every_served_quantity_is_what_the_pure_rule_computes():
-    from adapter.metrics import served_load_ratio
+    from forecaster.served import served_load_ratio
 
     settings = AdapterSettings(metric=MetricSettings(lead_seconds=150, quantile="p50"))
     fc = sample_forecast(now=NOW, p90=(3.0, 7.0, 2.0), observed=1.0, ready_pods=3, request=0.25)

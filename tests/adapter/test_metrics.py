@@ -1,4 +1,4 @@
-"""The forecast -> served value rule (adapter/metrics.py), exactly."""
+"""The forecast -> served value rule (forecaster/served.py), exactly."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from adapter.metrics import (
+from forecaster.served import (
     MetricSettings,
     NoData,
     predicted_demand,

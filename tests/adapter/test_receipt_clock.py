@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from adapter.metrics import MetricSettings, NoData, served_cores
+from forecaster.served import MetricSettings, NoData, served_cores
 from adapter.settings import CacheSettings
 from adapter.state import ForecastCache
 from forecaster.receipt import ReceiptTimes

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from adapter.metrics import MetricSettings, served_cores, served_load_ratio
+from forecaster.served import MetricSettings, served_cores, served_load_ratio
 from forecaster.config import parse_config
 from forecaster.errors import ConfigError
 from forecaster.serving import POLICY_VERSION, ServingPolicy, ServingSettings, choose_policy
@@ -405,7 +405,7 @@ def test_rest_and_the_dashboard_show_a_policys_headroom_states():
 
 
 def test_a_fresh_forecast_from_samples_that_stopped_is_not_served_without_its_floor():
-    from adapter.metrics import NoData
+    from forecaster.served import NoData
 
     S = MetricSettings()
     fc = make_forecast("a/b", origin=T0 - 400, step_seconds=300, mean=[4.0] * 12, quantiles={"p90": [4.0] * 12},

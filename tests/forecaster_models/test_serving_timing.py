@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from adapter.metrics import MetricSettings, predicted_demand
+from forecaster.served import MetricSettings, predicted_demand
 from forecaster.serving import ServingSettings, choose_policy
 from forecaster.servingscore import lead_bases, sync_exposure, sync_offsets
 from forecaster.store import make_forecast

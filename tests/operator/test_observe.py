@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import math
 
-from adapter.metrics import MetricSettings, served_load_ratio
+from forecaster.served import MetricSettings, served_load_ratio
 from forecaster.store import Forecast
 from kubeoperator.observe import Capacity
 from kubeoperator.reconcile import reconcile_autoscaler

@@ -10,7 +10,7 @@ import time
 import pytest
 import yaml
 
-from adapter.metrics import MetricSettings, served_load_ratio
+from forecaster.served import MetricSettings, served_load_ratio
 from forecaster.store import Forecast, open_store
 from kubeoperator.kube import KubeApi
 from kubeoperator.runner import DIGEST_ANNOTATION, Operator, OperatorSettings

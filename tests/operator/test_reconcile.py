@@ -8,7 +8,7 @@ import copy
 
 import yaml
 
-from adapter.metrics import MetricSettings, served_load_ratio
+from forecaster.served import MetricSettings, served_load_ratio
 from forecaster.config import parse_config
 from forecaster.store import Forecast
 from kubeoperator.pools import claim_counts, warmpool_status
@@ -134,7 +134,7 @@ def test_the_trainer_config_is_the_users_base_plus_the_target_with_its_demand_me
 
 
 def test_the_status_serves_the_demand_metric_from_its_own_series_as_the_adapter_does():
-    from adapter.metrics import served_demand_ratio
+    from forecaster.served import served_demand_ratio
 
     rps = forecast("shop/checkout/rps", level=100.0)
     rps = Forecast(**{**rps.__dict__, "meta": {"ready_pods": 3, "metric": "rps", "capacity_per_replica": 40.0}})

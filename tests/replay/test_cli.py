@@ -80,7 +80,7 @@ def test_replay_without_tuning_flags_runs_a_default_deployments_trainer_and_serv
     assert cfg.pipeline.serving == deployed.serving
     assert cfg.pipeline.history_days == deployed.source.history_days
     # the adapter side: the replay serves with foresight serve's defaults
-    from adapter.metrics import MetricSettings
+    from forecaster.served import MetricSettings
 
     assert cfg.lead_seconds == MetricSettings().lead_seconds
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from adapter.core import AdapterCore
-from adapter.metrics import MetricSettings
+from forecaster.served import MetricSettings
 from adapter.settings import AdapterSettings
 from forecaster.config import TrainingConfig, load_config
 from forecaster.sources.prometheus import open_source

@@ -149,7 +149,7 @@ def test_lognormal_startup_is_seeded_and_reproducible():
 
 
 def test_predictive_mode_serves_through_the_adapter_rule(monkeypatch):
-    import adapter.metrics as am
+    import forecaster.served as am
 
     calls = []
     real = am.served_load_ratio
