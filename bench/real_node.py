@@ -9,6 +9,12 @@ node's start time and the image sizes to bench/results/real_node.{json,md}.
 
     sudo .venv/bin/python -m bench.real_node            # 100 pods per runtime class, batches of 10
     sudo .venv/bin/python -m bench.real_node --quick    # 10 pods per runtime class, one batch
+
+``autoscale``: predictive against reactive HPAs on the node, the same demand
+(bench/real_node_autoscale.py; results bench/results/real_node_autoscale.{json,csv,png}):
+
+    sudo .venv/bin/python -m bench.real_node autoscale            # 45 trace minutes, real time
+    sudo .venv/bin/python -m bench.real_node autoscale --quick    # 20 minutes around the rise
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -120,7 +127,42 @@ def markdown(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def autoscale_main(argv: list[str]) -> int:
+    from bench.real_node_autoscale import experiment
+    from bench.real_node_report import plot, summarise, table, timeline, write_csvs
+
+    ap = argparse.ArgumentParser(prog="bench.real_node autoscale", description="predictive against reactive on the node")
+    ap.add_argument("--start", help="trace time the live segment starts (default: full 2017-01-28T15:00:00Z, quick 15:05)")
+    ap.add_argument("--minutes", type=float, help="live segment length in trace minutes = wall minutes (default 45, quick 20)")
+    add_quick_args(ap, "20 minutes around the rise")
+    args = ap.parse_args(argv)
+    if args.minutes is not None and args.minutes < 5:
+        ap.error(f"--minutes {args.minutes:g}: give at least 5 (the rise and the HPAs' answer to it)")
+    out = results_dir(args)
+
+    def on_term(signum, frame):  # noqa: ARG001 - stop as on Ctrl-C: the node and control plane are cleaned up
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    raw = experiment(args.quick, start=args.start, minutes=args.minutes)
+    doc = summarise(raw)
+    tl = timeline(raw)
+    name = "real_node_autoscale"
+    p = save_json(name, doc, out)
+    paths = [p, *write_csvs(doc, tl, out, name)]
+    plot(doc, tl, out / f"{name}.png")
+    print(table(doc), flush=True)
+    print(f"saved {', '.join(str(x) for x in paths)}, {out / (name + '.png')}", flush=True)
+    if raw["cleanup_errors"]:
+        print(f"node cleanup left: {raw['cleanup_errors']}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["autoscale"]:
+        return autoscale_main(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pods", type=int, default=100, help="pods per runtime class (default 100)")
     ap.add_argument("--batch", type=int, default=10, help="pods created together (default 10)")

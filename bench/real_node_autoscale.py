@@ -1,0 +1,294 @@
+"""Predictive against reactive on the real node, same demand (``python -m bench.real_node autoscale``).
+
+Three copies of ``foresight demo-app`` (20 ms of CPU per request, CPU request = limit = 200m)
+run at once in namespace bench-autoscale, each a Deployment with a ClusterIP Service, and
+``foresight load`` (the library: one thread per copy, the same arrival times) drives each with
+the bundled trace azurev1-737498 (held-out half) from 2017-01-28 15:00 on, played in real time:
+flat, then a daily rise of 4.5x within ten minutes, then the peak. Scaled so the peak is
+``PEAK_RPS`` requests/s per copy (about 0.4 cores each).
+
+- ``predictive``: a PredictiveAutoscaler with the shipped defaults (only target, min/max and
+  cpuRequestCores set); the operator writes its HPA (CPU floor at 70% + predicted_cpu_load_ratio,
+  the shipped behaviour), ``foresight train`` on the operator's config (the chart's trainer
+  config: 14 days at 60 s, models auto, horizon 12) and ``foresight serve`` answer it.
+- ``reactive``: an autoscaling/v2 HPA on CPU utilization 70% with the predictive HPA's behaviour.
+- ``reactive-default``: the same with Kubernetes' default behaviour (5-minute scale-down window).
+All three read the real metrics-server; the controller manager syncs HPAs every 15 s.
+
+History: 14 days of the same trace before the segment, as the predictive copy's CPU counter,
+backfilled into the node's Prometheus and ending where the live load starts
+(tests/cluster/backfill.py). The ramp is anchored to the published forecast: the history ends
+``LIVE_DELAY_S`` after the trainer can start, and the run stops with an error when the first
+forecast was published less than a lead plus an HPA sync before the rise (the machine too slow
+to measure the product, not a result).
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+NS = "bench-autoscale"
+COPIES = ("predictive", "reactive", "reactive-default")
+CPU_MS_PER_REQUEST = 20.0
+CPU_REQUEST = 0.2  # cores, request = limit
+# measured on this node: a request costs ~10% more CPU than its burn (HTTP parsing, a new
+# connection each); the history's CPU uses it so it continues at the live level
+CPU_OVERHEAD = 1.1
+SERIES = "azurev1-737498"  # held-out half (bench.replay_all.in_part)
+FULL = ("2017-01-28T15:00:00Z", 45.0)
+QUICK = ("2017-01-28T15:05:00Z", 20.0)
+PEAK_RPS = 18.0
+SLO_MS = 500.0
+BREACH_SHARE = 0.01  # a minute breaches the SLO when more than 1% of its requests miss it (p99 > SLO)
+LIVE_DELAY_S = 150.0  # the history ends (and the live load starts) this long after the backfill begins
+MAX_REPLICAS = 8
+POLL_SECONDS = 2.0
+
+
+def pod_template(name: str, image: str) -> dict:
+    cmd = ["foresight", "demo-app", "--host", "0.0.0.0", "--port", "8080", "--cpu-ms-per-request", f"{CPU_MS_PER_REQUEST:g}",
+           "--workers", "2", "--queue", "16", "--shutdown-delay-seconds", "2"]
+    cpu = f"{int(CPU_REQUEST * 1000)}m"
+    return {"metadata": {"labels": {"app": name}},
+            "spec": {"terminationGracePeriodSeconds": 5, "containers": [{
+                "name": "app", "image": image, "imagePullPolicy": "Never", "command": cmd,
+                "ports": [{"containerPort": 8080}],
+                "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}, "limits": {"cpu": cpu, "memory": "128Mi"}},
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 2}}]}}
+
+
+def deploy_copies(cp, node) -> dict[str, str]:
+    """The three Deployments (1 replica) and Services; returns name -> ClusterIP."""
+    from tests.cluster.controlplane import wait_for
+
+    cp.ensure_namespace(NS)
+    ips = {}
+    for name in COPIES:
+        dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
+               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                        "template": pod_template(name, node.images["app"]["ref"])}}
+        svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": NS},
+               "spec": {"selector": {"app": name}, "ports": [{"port": 80, "targetPort": 8080}]}}
+        for path, body in ((f"/apis/apps/v1/namespaces/{NS}/deployments/{name}", dep), (f"/api/v1/namespaces/{NS}/services/{name}", svc)):
+            r = cp.admin.apply(path, body, "foresight-bench")
+            if r.status_code not in (200, 201):
+                raise RuntimeError(f"{path}: {r.status_code} {r.text[:300]}")
+        ips[name] = cp.admin.json(f"/api/v1/namespaces/{NS}/services/{name}")["spec"]["clusterIP"]
+    wait_for("one Ready pod of each copy", lambda: (node.check_alive(), all(
+        (cp.admin.json(f"/apis/apps/v1/namespaces/{NS}/deployments/{n}").get("status") or {}).get("readyReplicas") == 1
+        for n in COPIES))[1], timeout=240, interval=1)
+    return ips
+
+
+def create_autoscalers(cp) -> dict:
+    """The PredictiveAutoscaler (shipped defaults) and the two reactive HPAs; returns the
+    behaviour of the HPA the operator wrote."""
+    from tests.cluster.controlplane import wait_for
+
+    pa = {"apiVersion": "foresight.dev/v1alpha1", "kind": "PredictiveAutoscaler", "metadata": {"name": "predictive", "namespace": NS},
+          "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "predictive"},
+                   "minReplicas": 1, "maxReplicas": MAX_REPLICAS,
+                   "metrics": [{"name": "cpu", "type": "Resource", "cpuRequestCores": CPU_REQUEST}]}}
+    r = cp.admin.post(f"/apis/foresight.dev/v1alpha1/namespaces/{NS}/predictiveautoscalers", pa)
+    if r.status_code != 201:
+        raise RuntimeError(f"PredictiveAutoscaler: {r.status_code} {r.text[:300]}")
+    hpa = wait_for("the operator's HPA for the PredictiveAutoscaler", lambda: (lambda r: r.json() if r.status_code == 200 else None)(
+        cp.admin.get(f"/apis/autoscaling/v2/namespaces/{NS}/horizontalpodautoscalers/predictive")), timeout=120, interval=1)
+    behavior = hpa["spec"]["behavior"]
+    for name, beh in (("reactive", behavior), ("reactive-default", None)):
+        spec = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                "minReplicas": 1, "maxReplicas": MAX_REPLICAS,
+                "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}]}
+        if beh:
+            spec["behavior"] = beh
+        r = cp.admin.post(f"/apis/autoscaling/v2/namespaces/{NS}/horizontalpodautoscalers",
+                          {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                           "metadata": {"name": name, "namespace": NS}, "spec": spec})
+        if r.status_code != 201:
+            raise RuntimeError(f"HPA {name}: {r.status_code} {r.text[:300]}")
+    return behavior
+
+
+@dataclass
+class Plan:
+    segment: object
+    offsets: list[float]
+    rise_offset_s: float  # wall seconds from the live start to the start of the rise
+    history: object  # the trace before the segment (loaddriver.Segment)
+
+    def rps(self, offset_s: float) -> float:
+        from foresight.loaddriver import rate_at
+
+        return rate_at(self.segment, offset_s, PEAK_RPS)
+
+
+def plan(start: str, minutes: float, seed: int = 0) -> Plan:
+    from datetime import datetime
+
+    from foresight.loaddriver import bundled_traces, load_segment, plan_arrivals
+
+    seg = load_segment(bundled_traces(), SERIES, start, minutes)
+    t0 = datetime.fromisoformat(start.replace("Z", "+00:00"))
+    hist = load_segment(bundled_traces(), SERIES, (t0 - timedelta(days=14, minutes=10)).isoformat(), 14 * 1440 + 10)
+    # the rise starts at the last trace point still within 10% of the segment's first value
+    # before the first one halfway from it to the peak
+    half = seg.values[0] + (max(seg.values) - seg.values[0]) / 2
+    k = next(i for i, v in enumerate(seg.values) if v >= half)
+    j = max([i for i in range(k) if seg.values[i] <= seg.values[0] * 1.1], default=0)
+    return Plan(seg, plan_arrivals(seg, PEAK_RPS, 1.0, "poisson", seed), seg.offsets_s[j], hist)
+
+
+def history_cores(p: Plan, live_start_unix: float):
+    """CPU cores of the predictive copy at a unix time before the live start (the trace before
+    the segment, scaled as the live load is)."""
+    import numpy as np
+
+    top = max(p.segment.values)
+    hist_t0 = p.history.start.timestamp() - p.segment.start.timestamp()  # trace seconds, segment start = 0
+    xs = np.array(p.history.offsets_s) + hist_t0
+    ys = np.array(p.history.values) / top * PEAK_RPS * CPU_MS_PER_REQUEST / 1000 * CPU_OVERHEAD
+
+    def cores(t: float) -> float:
+        return float(np.interp(t - live_start_unix, xs, ys))
+    return cores
+
+
+@dataclass
+class Observer:
+    """Every POLL_SECONDS: each copy's HPA desired replicas, Deployment replicas and Ready pods,
+    each pod's first Ready sighting, and the predictive copy's latest forecast."""
+    cp: object
+    store: object
+    rows: list = field(default_factory=list)
+    pod_ready: dict = field(default_factory=dict)  # pod -> (app, first seen Ready, unix)
+    forecasts: list = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> "Observer":
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+        return self
+
+    def _run(self) -> None:
+        last_fc = 0.0
+        while not self.stop.wait(POLL_SECONDS):
+            try:
+                self._poll()
+                if time.time() - last_fc >= 10:
+                    last_fc = time.time()
+                    fc = self.store.latest(f"{NS}/predictive")
+                    if fc is not None and (not self.forecasts or self.forecasts[-1]["generated_at"] != fc.generated_at):
+                        self.forecasts.append({"generated_at": fc.generated_at, "model": fc.model,
+                                               "source": (fc.policy or {}).get("source"), "p90": list(fc.quantiles.get("p90", ()))[:12],
+                                               "observed": fc.observed[-1][1] if fc.observed else None})
+            except Exception as exc:  # noqa: BLE001 - a missed poll is a gap in the timeline, reported by its size
+                self.rows.append({"t": time.time(), "error": repr(exc)[:200]})
+
+    def _poll(self) -> None:
+        now = time.time()
+        hpas = {h["metadata"]["name"]: h for h in self.cp.admin.json(f"/apis/autoscaling/v2/namespaces/{NS}/horizontalpodautoscalers")["items"]}
+        deps = {d["metadata"]["name"]: d for d in self.cp.admin.json(f"/apis/apps/v1/namespaces/{NS}/deployments")["items"]}
+        pods = self.cp.admin.json(f"/api/v1/namespaces/{NS}/pods")["items"]
+        ready: dict[str, int] = {n: 0 for n in COPIES}
+        for p in pods:
+            app = p["metadata"].get("labels", {}).get("app")
+            ok = p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp") and any(
+                c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+            if app in ready and ok:
+                ready[app] += 1
+                self.pod_ready.setdefault(p["metadata"]["name"], (app, now))
+        row = {"t": now}
+        for n in COPIES:
+            row[f"{n}_desired"] = (hpas.get(n, {}).get("status") or {}).get("desiredReplicas")
+            row[f"{n}_replicas"] = (deps.get(n, {}).get("spec") or {}).get("replicas")
+            row[f"{n}_ready"] = ready[n]
+        self.rows.append(row)
+
+    def finish(self) -> None:
+        self.stop.set()
+        self._t.join(30)
+
+
+def run_loads(ips: dict[str, str], offsets: list[float], start_mono: float, max_seconds: float) -> dict[str, list]:
+    from foresight.loaddriver import resolve_target, run_load
+
+    out: dict[str, list] = {}
+    threads = []
+    for name, ip in ips.items():
+        target = resolve_target(f"http://{ip}/")
+
+        def go(name=name, target=target):
+            out[name] = run_load(target, offsets, concurrency=64, timeout_s=10.0, max_seconds=max_seconds,
+                                 start_at=start_mono)
+        threads.append(threading.Thread(target=go, daemon=True))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max_seconds + 60)
+    return out
+
+
+def experiment(quick: bool, work: Path | None = None, start: str | None = None, minutes: float | None = None) -> dict:
+    """Everything on one node; returns the raw run (bench.real_node_report summarises it)."""
+    from bench.real_node_stack import HPA_SYNC_SECONDS, Foresight, start_node
+    from forecaster.store import open_store
+    from forecaster.timing import TIMING
+    from tests.cluster.backfill import backfill, counter_samples, deploy_prometheus, history_labels
+    from tests.cluster.controlplane import wait_for
+
+    start, minutes = start or (QUICK if quick else FULL)[0], minutes or (QUICK if quick else FULL)[1]
+    p = plan(start, minutes)
+    work = work or Path(tempfile.mkdtemp(prefix="foresight-real-node-autoscale-"))
+    t_setup = time.monotonic()
+    cp, node = start_node(work)
+    try:
+        prom_url, prom_pod = deploy_prometheus(node)
+        fs = Foresight(cp, work / "foresight", prom_url).start()
+        ips = deploy_copies(cp, node)
+        behavior = create_autoscalers(cp)
+        config = fs.trainer_config(f"{NS}/predictive")
+        fs.start_adapter(config)
+        setup_s = time.monotonic() - t_setup
+
+        live_unix = math.ceil(time.time() + LIVE_DELAY_S)
+        cores = history_cores(p, live_unix)
+        samples = counter_samples(cores, live_unix - 14 * 86400, live_unix, 30.0)
+        bf = backfill(node, prom_url, prom_pod, [(history_labels(node, NS, "predictive"), samples)])
+        fs.start_trainer(config)
+        store = open_store(fs.redis_url)
+        rise_unix = live_unix + p.rise_offset_s
+        need_by = rise_unix - (TIMING.lead_seconds + HPA_SYNC_SECONDS)
+        fc = wait_for("the trainer's first forecast", lambda: (node.check_alive(), store.latest(f"{NS}/predictive"))[1],
+                      timeout=max(30.0, rise_unix - time.time()), interval=1, detail=lambda: fs.trainer_log.read_text()[-3000:])
+        published = time.time()
+        if published > need_by:
+            raise RuntimeError(f"the first forecast was published {rise_unix - published:.0f} s before the rise, less than "
+                               f"a lead + an HPA sync ({TIMING.lead_seconds + HPA_SYNC_SECONDS:.0f} s): the machine was too "
+                               f"slow to measure the product (trainer started {live_unix - fs.trainer_started_at:.0f} s "
+                               "before the live start); raise LIVE_DELAY_S")
+        obs = Observer(cp, store).start()
+        start_mono = time.monotonic() + (live_unix - time.time())
+        records = run_loads(ips, p.offsets, start_mono, p.segment.length_s + 5)
+        time.sleep(POLL_SECONDS * 2)
+        obs.finish()
+        node.check_alive()
+        hpas = {h["metadata"]["name"]: h for h in cp.admin.json(f"/apis/autoscaling/v2/namespaces/{NS}/horizontalpodautoscalers")["items"]}
+        pa = cp.admin.json(f"/apis/foresight.dev/v1alpha1/namespaces/{NS}/predictiveautoscalers/predictive")
+    finally:
+        errors = node.stop()
+        cp.stop()
+    return {"quick": quick, "series": SERIES, "segment_start": start, "segment_minutes": minutes, "peak_rps": PEAK_RPS,
+            "slo_ms": SLO_MS, "breach_share": BREACH_SHARE, "cpu_ms_per_request": CPU_MS_PER_REQUEST,
+            "cpu_request_cores": CPU_REQUEST, "hpa_sync_seconds": HPA_SYNC_SECONDS, "lead_seconds": TIMING.lead_seconds,
+            "live_unix": live_unix, "rise_unix": rise_unix, "first_forecast": {"published_unix": published, "model": fc.model,
+                                                                                 "source": (fc.policy or {}).get("source")},
+            "trainer_started_unix": fs.trainer_started_at, "setup_seconds": setup_s, "backfill": bf, "behavior": behavior,
+            "plan": p, "records": records, "rows": obs.rows, "pod_ready": obs.pod_ready, "forecasts": obs.forecasts,
+            "hpa_status": {n: h.get("status") for n, h in hpas.items()}, "pa_status": pa.get("status"),
+            "cleanup_errors": errors, "work_dir": str(work)}
