@@ -93,8 +93,11 @@ class DeclaredMetrics:
         if not store_down:
             meta = fc.meta if fc is not None else {}
             cpu_meta = cpu_fc.meta if cpu_fc is not None else {}
-            pods = meta.get("ready_pods", cpu_meta.get("ready_pods", self.core.settings.workload_capacity.get(sid, {})
-                                                       .get("ready_pods")))
+            # the pods the HPA counts now (the watch), as for predicted_cpu_load_ratio; else the published count
+            pods = self.core.watched_pods(sid, cpu_meta or meta)
+            if pods is None:
+                pods = meta.get("ready_pods", cpu_meta.get("ready_pods", self.core.settings.workload_capacity.get(sid, {})
+                                                           .get("ready_pods")))
             cap = meta.get("capacity_per_replica", conf_cap)
             try:
                 if not ratio:
@@ -111,8 +114,10 @@ class DeclaredMetrics:
             hint = "" if self.core.observed is not None else " (no demand source configured: pass --config)"
             raise NoData(f"{why}; the observed {metric} could not be read directly either{hint}")
         if ratio:
-            pods = obs.ready_pods if obs.ready_pods is not None else self.core.settings.workload_capacity.get(
-                sid, {}).get("ready_pods")
+            pods = self.core.watched_pods(sid)
+            if pods is None:
+                pods = obs.ready_pods if obs.ready_pods is not None else self.core.settings.workload_capacity.get(
+                    sid, {}).get("ready_pods")
             if pods is None:
                 raise NoData(f"{why}; the ready pod count of {sid} is unknown (ready_pods query)")
             sv = served_demand_ratio(metric, None, now, pods, conf_cap, ms, observed=obs.cores)

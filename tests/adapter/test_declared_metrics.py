@@ -202,3 +202,23 @@ def test_a_workload_that_starts_declaring_a_known_metric_is_served_before_the_ne
         assert c.app.state.core.cache.metrics_of("shop/cart") == {"rps"}  # learnt from that read
     assert r.status_code == 200, r.text
     assert float(parse_quantity(r.json()["items"][0]["value"])) == pytest.approx(7.0, abs=1e-3)
+
+
+class _Watched:
+    """The adapter's pod-watch seam (adapter/readypods.py ``ReadyPods``) with fixed counts."""
+
+    def __init__(self, counts):
+        self.counts = counts
+
+    def count(self, series_id, meta=None):
+        return self.counts.get(series_id)
+
+
+def test_a_declared_ratio_divides_by_the_pods_the_hpa_counts_now_as_the_cpu_ratio_does():
+    # the trainer published 4 ready pods; the watch has seen the scale-up to 8 since
+    with client_for(sample_forecast(now=NOW), rps_forecast()) as c:
+        c.app.state.core.ready_pods = _Watched({"shop/checkout": 8})
+        ratio = c.get(url("predicted_rps_ratio", "workload=checkout")).json()["items"][0]
+        cpu = c.get(url("predicted_cpu_load_ratio", "workload=checkout")).json()["items"][0]
+    assert parse_quantity(ratio["value"]) == pytest.approx(105 / (8 * 40), abs=1e-3)
+    assert parse_quantity(cpu["value"]) == pytest.approx(3.25 / (8 * 0.5), abs=1e-3)
