@@ -88,6 +88,7 @@ class _State:
     pods: dict[str, dict] = field(default_factory=dict)  # uid -> pod (metadata and status only)
     selectors: dict[str, tuple[str, Mapping[str, Any]]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    by_ns: dict[str, list[tuple[str, Mapping[str, Any]]]] = field(default_factory=dict)  # namespace -> (sid, selector)
     synced: bool = False
 
 
@@ -276,16 +277,38 @@ class PodWatch:
                 if typ == "BOOKMARK" or not meta.get("uid"):
                     continue
                 with self._lock:
-                    if typ == "DELETED":
-                        self._st.pods.pop(meta["uid"], None)
-                    else:
-                        self._st.pods[meta["uid"]] = _slim(obj)
-                    self._recount()
+                    self._apply(meta["uid"], None if typ == "DELETED" else _slim(obj))
         return rv
+
+    def _apply(self, uid: str, pod: dict | None) -> None:
+        """One pod added, changed or deleted (None): only the workloads of its namespace whose
+        selector it matched before or matches now change their count, so an event costs the
+        namespace's workloads, not every pod times every workload."""
+        st = self._st
+        old = st.pods.pop(uid, None)
+        if pod is not None:
+            st.pods[uid] = pod
+        for sid in _ready_matches(old, st.by_ns):
+            st.counts[sid] = st.counts.get(sid, 0) - 1  # one int per key: count() reads without the lock
+        for sid in _ready_matches(pod, st.by_ns):
+            st.counts[sid] = st.counts.get(sid, 0) + 1
 
     def _recount(self) -> None:
         # a new dict, swapped in whole: count() reads without the lock
+        by_ns: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+        for sid, (ns, sel) in self._st.selectors.items():
+            by_ns.setdefault(ns, []).append((sid, sel))
+        self._st.by_ns = by_ns
         self._st.counts = pod_counts(self._st.pods.values(), self._st.selectors)
+
+
+def _ready_matches(pod: Mapping[str, Any] | None, by_ns: Mapping[str, list]) -> list[str]:
+    """The series ids whose selector a Running and Ready pod matches (none for another pod)."""
+    if pod is None or not running_and_ready(pod):
+        return []
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    return [sid for sid, sel in by_ns.get(meta.get("namespace"), ()) if label_selector_matches(sel, labels)]
 
 
 def _slim(pod: Mapping[str, Any]) -> dict:

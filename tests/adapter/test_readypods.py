@@ -33,3 +33,28 @@ def test_only_running_and_ready_pods_of_the_workloads_own_selector_count():
                                "shop/api-gateway": ("shop", {"matchLabels": {"app": "api-gateway"}}),
                                "shop/idle": ("shop", {"matchLabels": {"app": "idle"}})})
     assert counts == {"shop/api": 2, "shop/api-gateway": 1, "shop/idle": 0}
+
+
+def test_watch_events_keep_the_counts_a_full_recount_would_give():
+    # the incremental path (one pod's namespace per event) against counting every pod again
+    import random
+
+    from adapter.readypods import PodWatch, _slim
+
+    rnd = random.Random(3)
+    w = PodWatch(kube=None, workloads=dict)
+    w._st.selectors = {"a/api": ("a", {"matchLabels": {"app": "api"}}), "a/gw": ("a", {"matchLabels": {"app": "gw"}}),
+                       "b/api": ("b", {"matchLabels": {"app": "api"}})}
+    w._recount()
+    for _ in range(2000):
+        uid = f"u{rnd.randrange(40)}"
+        if rnd.random() < 0.2:
+            w._apply(uid, None)
+            continue
+        ready = rnd.random() < 0.6
+        pod = {"metadata": {"namespace": rnd.choice("ab"), "labels": {"app": rnd.choice(["api", "gw", "db"])}},
+               "status": {"phase": rnd.choice(["Running", "Running", "Pending"]),
+                          "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+        w._apply(uid, _slim(pod))
+    assert w._st.counts == pod_counts(w._st.pods.values(), w._st.selectors)
+    assert sum(w._st.counts.values()) > 0
