@@ -20,7 +20,9 @@ trainer as well. Pickles are never read from anywhere else.
 
 The fingerprint names what a state is only valid for: this module's format, the source code of
 every class a state pickles (any upgrade of the trainer's image changes it) and the trainer's
-settings (candidates, horizon, quantiles, selection, serving and drift settings). A checkpoint
+settings (candidates, horizon, quantiles, selection, serving and drift settings), and per series
+the serving settings of its own workload: editing one workload's ``serving:`` (one
+PredictiveAutoscaler's spec.serving) invalidates that workload's checkpoint only. A checkpoint
 with another format or fingerprint, a bad tag, or one that fails to unpickle is skipped with a
 log line; that workload is fitted again on its normal schedule (as without checkpoints).
 
@@ -41,7 +43,7 @@ import secrets
 import struct
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -50,8 +52,8 @@ from forecaster.models.base import Model
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CheckpointDir", "CheckpointError", "code_fingerprint", "trainer_fingerprint", "restore", "shared_objects", "attach",
-           "FORMAT_VERSION", "GLOBAL_ID"]
+__all__ = ["CheckpointDir", "CheckpointError", "code_fingerprint", "trainer_fingerprint", "series_fingerprint",
+           "restore", "shared_objects", "attach", "FORMAT_VERSION", "GLOBAL_ID"]
 
 FORMAT_VERSION = 1
 MAGIC = b"FSCK"
@@ -82,12 +84,21 @@ def code_fingerprint() -> str:
 
 
 def trainer_fingerprint(trainer) -> str:
-    """What a trainer's fitted states are valid for: the code and every setting a fit used."""
+    """What every fitted state of a trainer is valid for: the code and the fleet-wide settings
+    a fit used. A workload's own serving settings are in its series' fingerprint instead
+    (``series_fingerprint``), so editing one workload invalidates that workload's checkpoint only."""
     parts = (FORMAT_VERSION, code_fingerprint(), trainer.candidates, trainer.auto, trainer.horizon, trainer.quantiles,
              trainer.step_seconds, repr(trainer.selection), repr(trainer.serving), repr(trainer.live_skill),
-             trainer.drift_ratio, trainer.drift_min_points,
-             sorted((k, repr(v)) for k, v in getattr(trainer, "serving_by_series", {}).items()))
+             trainer.drift_ratio, trainer.drift_min_points)
     return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def series_fingerprint(trainer, base: str, series_id: str) -> str:
+    """One series' fingerprint: the trainer's, and the serving settings its policy is chosen
+    with (its workload's own, or the fleet's)."""
+    if series_id == GLOBAL_ID:
+        return base
+    return hashlib.sha256(f"{base}|{trainer.serving_for(series_id)!r}".encode()).hexdigest()
 
 
 # Model attributes the first refresh after a restart rewrites (``Model.update`` -> ``_remember``)
@@ -139,8 +150,10 @@ class _Unpickler(pickle.Unpickler):
 class CheckpointDir:
     """Checkpoints in one directory; thread-safe (one file per series, atomic renames)."""
 
-    def __init__(self, path: str | os.PathLike, *, fingerprint: str = "", key: bytes | None = None) -> None:
+    def __init__(self, path: str | os.PathLike, *, fingerprint: str = "", key: bytes | None = None,
+                 per_series: Callable[[str], str] | None = None) -> None:
         self.path = Path(path)
+        self.per_series = per_series  # series id -> its fingerprint (read at every save and load)
         try:
             self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
@@ -180,8 +193,12 @@ class CheckpointDir:
         buf = io.BytesIO()
         _Pickler(buf, shared or {}).dump(obj)
         payload = buf.getvalue()
-        head = _HEAD.pack(MAGIC, FORMAT_VERSION, len(self.fingerprint)) + self.fingerprint
+        fp = self.fingerprint_of(series_id)
+        head = _HEAD.pack(MAGIC, FORMAT_VERSION, len(fp)) + fp
         return head + self._tag(head, series_id, payload) + payload
+
+    def fingerprint_of(self, series_id: str) -> bytes:
+        return self.per_series(series_id).encode() if self.per_series is not None else self.fingerprint
 
     def _tag(self, head: bytes, series_id: str, payload: bytes) -> bytes:
         sid = series_id.encode()
@@ -221,7 +238,7 @@ class CheckpointDir:
         end = _HEAD.size + flen
         if len(data) < end + _TAG:
             raise CheckpointError("truncated (no tag)")
-        if data[_HEAD.size:end] != self.fingerprint:
+        if data[_HEAD.size:end] != self.fingerprint_of(series_id):
             raise CheckpointError("written by other code or settings (fingerprint differs)")
         tag, payload = data[end:end + _TAG], data[end + _TAG:]
         if not hmac.compare_digest(tag, self._tag(data[:end], series_id, payload)):
@@ -305,5 +322,7 @@ def restore(trainer, series_ids: Iterable[str], prune: bool = True) -> dict[str,
 def attach(trainer, path: str | os.PathLike, series_ids: Iterable[str], key: bytes | None = None) -> dict[str, int]:
     """Give ``trainer`` a checkpoint directory (fingerprinted with its settings) and restore
     the states of ``series_ids`` from it (the trainer's start-up)."""
-    trainer.checkpoints = CheckpointDir(path, fingerprint=trainer_fingerprint(trainer), key=key)
+    base = trainer_fingerprint(trainer)
+    trainer.checkpoints = CheckpointDir(path, fingerprint=base, key=key,
+                                        per_series=lambda sid: series_fingerprint(trainer, base, sid))
     return restore(trainer, series_ids)

@@ -262,7 +262,7 @@ def run_train_cmd(args) -> int:
             report(out)
             ok = any(r.get("published") for r in out["results"].values())
             return 0 if ok else 1
-        run_schedule(config, source, store, iterations=args.iterations, on_step=report, engine=engine,
+        run_schedule(config, source, store, iterations=args.iterations, on_step=report, engine=engine, config_path=args.config,
                      checkpoint_dir=args.checkpoint_dir, checkpoint_key=key)
     finally:
         store.close()

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from forecaster.configwatch import ConfigWatch, fleet_settings
 from forecaster.fitqueue import InlineFits, ThreadFits, fit_priority  # noqa: F401 - part of this module's API
 from forecaster.history import HistoryCache, frame_arrays
 from forecaster.models import ModelError
@@ -235,7 +236,29 @@ class TrainScheduler:
         self.pull_threads = int(pull_threads)
         self.clock = clock
         self._caps: dict[str, dict[str, Any]] = {}
-        self._done_reported = 0
+        self._done_reported = fits.done  # fits may outlive a scheduler (a new trainer after a reload)
+
+    def reconfigure(self, config) -> list[str]:
+        """Take a new workloads file in place (its fleet-wide settings unchanged): the series
+        whose entry changed (query, capacity, labels, declared metrics, serving) or left are
+        forgotten, with their history and checkpoints; new ones start as at start-up; every
+        other series keeps its fitted model and history. Returns the series that start over."""
+        from forecaster.checkpoint import GLOBAL_ID
+
+        old = {w.series_id: w for w in self.config.series()}
+        new = {w.series_id: w for w in config.series()}
+        serving = config.serving_by_series()
+        again = sorted(sid for sid in old if sid not in new or new[sid] != old[sid]
+                       or self.trainer.serving_for(sid) != serving.get(sid, config.serving))
+        self.trainer.serving_by_series = dict(serving)
+        for sid in again:
+            self.trainer.forget(sid)
+            self._caps.pop(sid, None)
+        self.history.forget(set(new) - set(again))
+        if self.trainer.checkpoints is not None:
+            self.trainer.checkpoints.prune((set(new) - set(again)) | {GLOBAL_ID})
+        self.config = config
+        return again + sorted(set(new) - set(old))
 
     def _pull(self, w, now: float):
         got = _checked(w.series_id, w.demand_query, self.history.pull(w.series_id, w.demand_query, now))
@@ -318,16 +341,24 @@ def run_schedule(config, source, store, *, clock: Callable[[], float] = time.tim
                  sleep: Callable[[float], None] = time.sleep, iterations: int | None = None,
                  on_step: Callable[[dict], None] | None = None, fits: ThreadFits | InlineFits | None = None,
                  pull_threads: int = 4, engine=None, checkpoint_dir: str | None = None,
-                 checkpoint_key: bytes | None = None) -> Trainer:
+                 checkpoint_key: bytes | None = None, config_path: str | None = None) -> Trainer:
     """Every ``refresh_interval_seconds`` one ``TrainScheduler.step``; fits run on ``fits``
     (a ``ThreadFits`` by default, ``forecaster.engines.fits.EngineFits`` with ``engine``) and never
     delay the next step. With ``checkpoint_dir`` the fitted states are checkpointed there and
-    restored from it first (``forecaster.checkpoint``), so the first step serves them."""
-    trainer = trainer_from_config(config, store, clock)
-    if checkpoint_dir:
-        from forecaster.checkpoint import attach
+    restored from it first (``forecaster.checkpoint``), so the first step serves them. With
+    ``config_path`` the file is re-read before every step and taken in place
+    (``TrainScheduler.reconfigure``): only the workloads whose entry changed start over."""
 
-        attach(trainer, checkpoint_dir, [w.series_id for w in config.series()], key=checkpoint_key)
+    def new_trainer(cfg) -> Trainer:
+        tr = trainer_from_config(cfg, store, clock)
+        if checkpoint_dir:
+            from forecaster.checkpoint import attach
+
+            attach(tr, checkpoint_dir, [w.series_id for w in cfg.series()], key=checkpoint_key)
+        return tr
+
+    trainer = new_trainer(config)
+    watch = ConfigWatch(config_path, config) if config_path else None
     hold = config.training.refresh_interval_seconds
     if fits is None and engine is not None:
         from forecaster.engines.fits import EngineFits
@@ -339,6 +370,16 @@ def run_schedule(config, source, store, *, clock: Callable[[], float] = time.tim
     i = 0
     try:
         while iterations is None or i < iterations:
+            new = watch.changed() if watch is not None else None
+            if new is not None and fleet_settings(new) != fleet_settings(sched.config):
+                log.warning("fleet-wide settings (source, store, training, serving) changed: a new trainer; "
+                            "every workload is refitted")
+                trainer = new_trainer(new)
+                sched = TrainScheduler(new, source, trainer, fits=fits, pull_threads=pull_threads, clock=clock)
+            elif new is not None:
+                again = sched.reconfigure(new)
+                log.info("workloads file changed: %d series start over (%s), the others keep their fitted models",
+                         len(again), ", ".join(again[:10]) + (" ..." if len(again) > 10 else ""))
             t0 = clock()
             out = sched.step(t0)
             if on_step:

@@ -248,6 +248,11 @@ class Trainer:
         """Install the checkpointed states of ``series_ids`` (``forecaster.checkpoint.restore``)."""
         return restore(self, series_ids, prune=prune)
 
+    def forget(self, series_id: str) -> None:
+        """Drop a series' fitted state (its workload changed or left): it starts over as a new one."""
+        self._states.pop(series_id, None)
+        self._saved_flags.pop(series_id, None)
+
     def install_checkpoint(self, series_id: str, st: Any) -> bool:
         """Install a state loaded from a checkpoint; False when it is not a fitted state of it."""
         if not (isinstance(st, SeriesState) and st.series_id == series_id and st.fitted and st.model.fitted_):
