@@ -90,7 +90,7 @@ def create_app(
     if demand is not None:
         od = observed_direct or ObservedDirectSettings()
         observed = ObservedDirect(demand, ttl_seconds=od.ttl_seconds, wait_seconds=od.wait_seconds,
-                                  max_age_seconds=od.max_age_seconds)
+                                  max_age_seconds=od.max_age_seconds, keep_warm=True)
     core = AdapterCore(settings, store, clock, observed)
     if observed is not None:
         observed._on_error = lambda exc: core.metrics.observed_direct_errors.inc()
@@ -109,6 +109,8 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_app):
         core.cache.start()
+        if observed is not None:
+            observed.start()  # keeps the fleet's observed demand warm (adapter/fallback.py)
         if watch is not None:
             watch.start()
         if view is not None:

@@ -231,6 +231,7 @@ class ObservedDirect:
         on_error: Callable[[Exception], None] | None = None,
         max_wanted: int = 100_000,
         gather_seconds: float = 0.05,
+        keep_warm: bool = False,
     ) -> None:
         self.reader = reader
         self.ttl_seconds = ttl_seconds
@@ -253,6 +254,11 @@ class ObservedDirect:
         self.last_ok: float | None = None
         self.dropped = 0  # asks refused because the wanted set was full
         self.batches = 0
+        # keep_warm: the reader's batchable workloads are re-read every TTL even while the store
+        # is up (a few queries per TTL for the whole fleet), so the first request after the
+        # store goes down finds a reading instead of waiting for the first batch
+        self._warm = list(getattr(reader, "batchable", ()) or ()) if keep_warm else []
+        self._warmed_at = -math.inf
 
     def knows(self, series_id: str) -> bool:
         return self.reader.knows(series_id)
@@ -290,6 +296,12 @@ class ObservedDirect:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            if self._warm and self.clock() - self._warmed_at >= self.ttl_seconds:
+                self._warmed_at = self.clock()
+                with self._lock:
+                    for sid in self._warm[: max(0, self.max_wanted - len(self._wanted))]:
+                        self._wanted[sid] = None
+                self._work.set()
             if not self._work.wait(0.5):
                 continue
             self._stop.wait(self.gather_seconds)
@@ -311,11 +323,17 @@ class ObservedDirect:
                     return None
                 self._wanted[series_id] = None
             fut = self._next
+        self.start()
+        self._work.set()
+        return fut
+
+    def start(self) -> "ObservedDirect":
+        """Start the reader thread (at the first ask, or at the adapter's start to keep warm)."""
+        with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="foresight-observed", daemon=True)
                 self._thread.start()
-        self._work.set()
-        return fut
+        return self
 
     def get(self, series_id: str, pending: list[Future] | None = None) -> Observation | None:
         """A usable observation, or None (unknown workload, no data, or source down too).

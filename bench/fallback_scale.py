@@ -15,7 +15,9 @@ latency, values below the reactive floor (the observed demand / ready capacity, 
 here), and the PromQL queries sent per second.
 
 The old path is ``LegacyObservedDirect`` below (the previous implementation, verbatim), the new
-one adapter/fallback.py's ``ObservedDirect``; both over the same ``PrometheusDemandReader``.
+one adapter/fallback.py's ``ObservedDirect``, cold (``new``: nothing read before the fault) and
+as the adapter runs it (``new-warm``: readings kept warm every TTL while the store was up); all
+over the same ``PrometheusDemandReader``.
 
     .venv/bin/python -m bench.fallback_scale                      # 1,000 and 10,000 workloads
     .venv/bin/python -m bench.fallback_scale --quick              # 50 and 200 workloads, 3-s intervals
@@ -46,6 +48,9 @@ log = logging.getLogger("foresight.adapter.fallback")
 NS, PODS, REQUEST = "demo", 2, 0.5
 ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 EXT = "/apis/external.metrics.k8s.io/v1beta1"
+# old: the previous per-workload reads; new: the batched reads, cold (the first batch starts at
+# the fault); new-warm: batched and kept warm while the store was up (what `foresight serve` runs)
+PATHS = ("old", "new", "new-warm")
 
 
 def say(msg: str) -> None:
@@ -254,7 +259,15 @@ def build_core(config: Path, path: str, ttl: float, wait: float):
     settings, store_url = build_settings({"config": str(config)})
     reader, _ = build_demand({"config": str(config)})
     kw = dict(ttl_seconds=ttl, wait_seconds=wait, max_age_seconds=TIMING.max_observed_age_seconds)
-    od = LegacyObservedDirect(reader, **kw) if path == "old" else ObservedDirect(reader, **kw)
+    if path == "old":
+        od = LegacyObservedDirect(reader, **kw)
+    else:
+        od = ObservedDirect(reader, keep_warm=(path == "new-warm"), **kw)
+    if path == "new-warm":  # the adapter ran before the fault: its first warm-up batch is in
+        od.start()
+        deadline = time.monotonic() + 300
+        while od.batches < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
     return AdapterCore(settings, open_store(store_url), observed=od), reader, od
 
 
@@ -278,7 +291,7 @@ async def drive(core, n: int, interval: float, intervals: int, wait: float) -> l
         code, body = core.answer_apis("GET", path, q, pending, final=False)
         if pending:  # as adapter/hotpath.py: await the started reads, bounded, then answer
             await asyncio.wait([asyncio.wrap_future(f) for f in pending], timeout=wait)
-            code, body = core.answer_apis("GET", path, q, None, final=True)
+            code, body = core.answer_apis("GET", path, q, [], final=True)
         r = rows[k]
         r["lat"].append(time.perf_counter() - t)
         r["asked"] += 1
@@ -301,7 +314,7 @@ def pct(xs: list[float], q: float) -> float:
 
 def measure(config: Path, path: str, n: int, interval: float, intervals: int, wait: float) -> dict:
     core, reader, od = build_core(config, path, ttl=interval, wait=wait)
-    reader.queries = 0
+    reader.queries = 0  # from the fault on (a warm path's warm-up is before it)
     t = time.monotonic()
     rows = asyncio.run(drive(core, n, interval, intervals, wait))
     took = time.monotonic() - t
@@ -345,14 +358,14 @@ def main(argv=None) -> int:
             try:
                 config = work / f"workloads-{n}.yaml"
                 write_config(config, n, prom.url, f"redis://127.0.0.1:{stack.free_port()}/0")  # nobody listens
-                for path in ("old", "new"):
+                for path in PATHS:
                     r = measure(config, path, n, args.interval, args.intervals, args.wait)
                     results.append(r)
                     for iv in r["intervals"]:
-                        say(f"  {path:3} {n:>6} interval {iv['interval']}: {iv['share_200']:.1%} answered 200 "
+                        say(f"  {path:8} {n:>6} interval {iv['interval']}: {iv['share_200']:.1%} answered 200 "
                             f"({iv['answered_200']}/{iv['asked']}), p50 {iv['p50_ms']} ms, p99 {iv['p99_ms']} ms, "
                             f"below floor {iv['below_floor']}")
-                    say(f"  {path:3} {n:>6} PromQL {r['promql_queries']} queries ({r['promql_per_second']}/s)")
+                    say(f"  {path:8} {n:>6} PromQL {r['promql_queries']} queries ({r['promql_per_second']}/s)")
             finally:
                 prom.stop()
     saved = save_json("fallback_scale", {"interval_seconds": args.interval, "wait_seconds": args.wait,

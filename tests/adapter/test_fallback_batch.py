@@ -72,3 +72,17 @@ def test_requests_share_one_batch_and_the_wanted_set_is_bounded(reader):
     # the one refused for a full set was read by the same batch (its namespace's queries)
     assert od.get("shop/api-gateway").cores == pytest.approx(1.0) and od.batches == 1
     od.close()
+
+
+def test_kept_warm_the_readings_are_there_before_anyone_asks(reader):
+    import time
+
+    od = ObservedDirect(reader, keep_warm=True, gather_seconds=0.0, max_age_seconds=1e9, ttl_seconds=1e9).start()
+    deadline = time.monotonic() + 30
+    while od.batches < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert od.batches == 1
+    pending: list = []
+    assert od.get("shop/db", pending).cores == pytest.approx(1.0) and pending == []  # no read started
+    assert od.get("shop/custom", pending) is None and len(pending) == 1  # its own query: read when asked
+    od.close()
