@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--namespace", default="foresight", help="namespace of foresight's ConfigMaps and trainer")
     p.add_argument("--base-config-map", default="foresight-workloads", help="the user's trainer config (key workloads.yaml)")
     p.add_argument("--trainer-config-map", default="foresight-trainer-config", help="written: what the trainer mounts")
-    p.add_argument("--trainer-deployment", default="foresight-trainer", help="restarted when its config changes ('' = none)")
+    p.add_argument("--trainer-deployment", default="", help="restarted when its config changes ('' = none, the default: "
+                   "foresight train re-reads its file and takes a change in place, refitting only what changed)")
     p.add_argument("--warmpool-base-config-map", default="foresight-warmpool-base")
     p.add_argument("--warmpool-config-map", default="foresight-warmpool-policy", help="written ('' = WarmPools off)")
     p.add_argument("--warmpool-url", help="the warm-pool controller's API, e.g. http://foresight-warmpool:8091")

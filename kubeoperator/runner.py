@@ -45,7 +45,9 @@ class OperatorSettings:
     base_configmap: str = "foresight-workloads"
     base_key: str = "workloads.yaml"
     effective_configmap: str = "foresight-trainer-config"
-    trainer_deployment: str | None = "foresight-trainer"
+    # None: the trainer re-reads its file and takes a change in place (forecaster/configwatch.py);
+    # a restart would lose its fitted states with the pod's checkpoint volume
+    trainer_deployment: str | None = None
     warmpool_base_configmap: str | None = "foresight-warmpool-base"
     warmpool_configmap: str | None = "foresight-warmpool-policy"
     warmpool_key: str = "policy.yaml"

@@ -69,8 +69,9 @@ def running(crds, redis_server):
 
 
 def _digest(cp) -> str:
-    dep = cp.admin.json("/apis/apps/v1/namespaces/foresight/deployments/foresight-trainer")
-    return (dep["spec"]["template"]["metadata"].get("annotations") or {}).get(DIGEST_ANNOTATION, "")
+    """The digest of the trainer's effective file (what a restart, or the trainer's reload, follows)."""
+    cm = cp.admin.json("/api/v1/namespaces/foresight/configmaps/foresight-trainer-config")
+    return (cm["metadata"].get("annotations") or {}).get(DIGEST_ANNOTATION, "")
 
 
 def test_act_then_observe_deletes_the_operators_hpa_and_reports_what_it_would_have_done(running):
@@ -97,7 +98,7 @@ def test_act_then_observe_deletes_the_operators_hpa_and_reports_what_it_would_ha
     reasons = {e["reason"] for e in events}
     assert {"ModeChanged", "WouldScale"} <= reasons
     assert any("would ask for 9 replicas" in e["message"] for e in events if e["reason"] == "WouldScale")
-    assert _digest(cp) == digest  # the mode is not in the trainer's file: no restart
+    assert _digest(cp) == digest  # the mode is not in the trainer's file: nothing to reload, no refit
 
     cp.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(pa("obs", "Act")))
     hpa = wait_for("HPA shop/obs back in Act mode", lambda: (r := cp.admin.get(f"{HPAS}/obs")).status_code == 200 and r.json(),
