@@ -3,9 +3,9 @@ what ``foresight warmpool simulate --policy foresight`` measures.
 
 Per pool and reconcile round, the pool wants ``max(forecast, idle model)`` containers in all:
 
-- forecast: ``ceil(peak / capacity_per_container)``, with ``peak`` the largest forecast value
-  (the pool's quantile) over [now, now + lead_seconds + T_cold p90] and the last observed
-  demand; nothing without a forecast;
+- forecast: ``ceil(peak / capacity_per_container)``, with ``peak`` the value the HPA is served
+  (``forecaster.served``) with [now, now + lead_seconds + T_cold p90] as its window;
+  nothing without a forecast;
 - idle model (``idle_model.enabled``): the R most recently busy containers whose chance of a
   claim pays for their memory at the controller's memory price (``warmpool.idlemodel``);
   this both holds containers and pre-warms them before a claim it expects;

@@ -13,7 +13,7 @@ pools:
   - name: checkout
     workload: {namespace: shop, name: checkout}
     series: shop/checkout   # forecast series driving the pool (default namespace/name)
-    quantile: p90           # forecast quantile used for the peak (default p90, else mean)
+    quantile: p90           # forecast quantile where the forecast carries no serving policy (default p90, else mean)
     runtime_class: crun     # crun, kata, runc or a name from runtime_classes
     backend: crun           # crun, runc, kubernetes or sim
     template:

@@ -149,20 +149,18 @@ class WarmPolicy(Protocol):
 
 
 def peak_demand(spec: PoolSpec, forecast: Forecast, now: float, horizon_end: float) -> float:
-    """Largest forecast value whose interval (ts - step, ts] overlaps [now, horizon_end],
-    together with the last observed demand."""
-    values = forecast.quantiles.get(spec.quantile) if spec.quantile != "mean" else None
-    if values is None:
-        values = forecast.mean
-    step = forecast.step_seconds
-    peak = 0.0
-    for i, v in enumerate(values):
-        ts = forecast.origin + (i + 1) * step
-        if ts - step <= horizon_end and ts >= now:
-            peak = max(peak, v)
-    if forecast.observed:
-        peak = max(peak, forecast.observed[-1][1])
-    return max(0.0, peak)
+    """The demand the HPA will be served over [now, horizon_end]: the served-value rule
+    (``forecaster.served.served_cores``: the published serving policy's prediction, observed
+    floor and headroom; the observed value when the forecast is stale or its policy refused)
+    with the pool's window as its lead, so a pool is warm for the pods the HPA asks for.
+    ``spec.quantile`` applies where the forecast carries no policy. 0 when nothing can be served."""
+    from forecaster.served import MetricSettings, NoData, served_cores
+
+    try:
+        settings = MetricSettings(lead_seconds=max(0.0, float(horizon_end) - float(now)), quantile=spec.quantile)
+        return max(0.0, served_cores(forecast, now, settings).value)
+    except NoData:
+        return 0.0
 
 
 def forecast_need(spec: PoolSpec, obs: "PoolObserved", forecast: Forecast | None, now: float) -> tuple[int | None, float | None]:

@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,21 +25,35 @@ def warm(i, deadline=NOW + 100, idle=NOW - 10):
     return Container(f"c{i}", "web", "warm", created_at=idle, idle_since=idle, deadline=deadline)
 
 
-def test_warm_target_is_the_peak_within_lead_plus_cold_p90_divided_by_capacity():
+def test_warm_target_is_the_served_peak_within_lead_plus_cold_p90_divided_by_capacity():
     policy = make_policy(capacity_per_container=0.5, lead_seconds=90)
-    # points at +60 (covers [0,60]), +120 (covers (60,120]) and +180 (beyond 90 s + p90)
+    # points at +60, +120 and +180; the window [0, 90 s + p90 0.136 s] ends on the curve
+    # between 1.0 at +60 and 2.0 at +120, as the adapter serves it (forecaster.served)
     f = fc([1.0, 2.0, 9.0])
     acts = reconcile_once({}, ForesightPolicy(policy), {"demo/web": f}, NOW)
     assert acts.creates == (Create("web", 4, "below target"),)
-    assert acts.status["web"].peak_demand == 2.0 and acts.status["web"].needed == 4
+    assert acts.status["web"].peak_demand == pytest.approx(1.0 + (90.136 - 60) / 60)
+    assert acts.status["web"].needed == 4
+
+
+def test_a_stale_forecast_sizes_the_pool_by_the_observed_demand_as_the_adapter_serves_it():
+    policy = make_policy(capacity_per_container=1.0, lead_seconds=90)
+    f = fc([9.0, 9.0], observed=((NOW - 60, 2.0), (NOW, 3.0)))
+    assert reconcile_once({}, ForesightPolicy(policy), {"demo/web": f}, NOW).status["web"].needed == 9
+    # ten minutes later the trainer has not refreshed it: the pool follows what is observed
+    assert reconcile_once({}, ForesightPolicy(policy), {"demo/web": f}, NOW + 600).status["web"].needed == 3
 
 
 def test_scale_up_happens_ahead_of_the_peak_once_it_enters_the_lead_window():
     policy = make_policy(capacity_per_container=1.0, lead_seconds=90)
-    f = fc([1.0, 1.0, 1.0, 6.0])  # the peak is for NOW+240
-    assert reconcile_once({}, ForesightPolicy(policy), {"demo/web": f}, NOW).status["web"].target_warm == 1
-    # 90 s + p90 before the peak's interval starts (NOW+180), it is pre-warmed
-    assert reconcile_once({}, ForesightPolicy(policy), {"demo/web": f}, NOW + 95).status["web"].target_warm == 6
+    f = fc([1.0, 1.0, 1.0, 6.0])  # the curve rises from 1 at NOW+180 to the peak 6 at NOW+240
+    def target(t):
+        return reconcile_once({}, ForesightPolicy(policy), {"demo/web": f}, t).status["web"].target_warm
+
+    assert target(NOW) == 1
+    assert 1 < target(NOW + 95) < 6  # the window reaches into the rise
+    # 90 s + p90 before the peak it is pre-warmed: before the HPA asks for it, a 75-s lead ahead
+    assert target(NOW + 150) == 6
 
 
 def test_containers_already_serving_are_subtracted_and_the_target_is_clamped():

@@ -75,24 +75,31 @@ def test_the_pool_grows_before_a_predicted_qps_peak_and_shrinks_after_it(clock):
     store = MemoryForecastStore()
     ctl = Controller(policy, store, {"sim": SimBackend(clock, seed=1)}, clock=clock)
     t0 = clock()
-    # 20 requests/s, a peak of 200/s over minutes 10-15 (value i covers (t0 + 60 i, t0 + 60 (i+1)]), then 20/s again
+    # 20 requests/s, rising to 200/s at minute 11 (value i is the rate at t0 + 60 (i+1), linear
+    # between), 200/s to minute 15, back to 20/s at minute 16; refreshed every step like a trainer's
     values = [20.0] * 10 + [200.0] * 5 + [20.0] * 25
-    store.publish(rps_forecast(t0, values))
-    store.publish(rps_forecast(t0, [1000.0], series="demo/web"))  # a cpu forecast the pool must not read
+
+    def publish():
+        store.publish(make_forecast("demo/web-rps", origin=t0, step_seconds=60, mean=values, quantiles={"p90": values},
+                                    model="t", generated_at=clock()))
+        store.publish(rps_forecast(clock(), [1000.0], series="demo/web"))  # a cpu forecast the pool must not read
+
     warm = {}
     for k in range(0, 2 * 40 * 60 // 60):  # every 30 s for 40 minutes
         clock.t = t0 + 30.0 * k
+        publish()
         ctl.step()
         clock.advance(2.0)  # sim containers finish starting (< 1.1 s)
         ctl.step()
         d = ctl.describe()["pools"][0]
         warm[30 * k] = (d["warm"], d["target_warm"])
-    peak_start = 10 * 60  # the first 200/s value covers (10 min, 11 min]
+    rise, peak = 10 * 60, 11 * 60
     assert warm[0] == (1, 1)  # 20/s at 20 per container
-    # ahead of the peak: 200/s / 20 = 10 containers warm once the peak is within lead (90 s) + T_cold
-    assert warm[peak_start - 60] == (10, 10)
-    assert max(w for t, (w, _) in warm.items() if t < peak_start - 120) == 1
-    # after the peak: the target drops at once, the surplus goes on its idle TTL (120 s, decaying)
+    # ahead of the peak: 200/s / 20 = 10 containers warm once the peak is within lead (90 s) + T_cold,
+    # before the HPA asks for them (its 75-s lead before the peak)
+    assert warm[peak - 90] == (10, 10) and peak - 90 < peak - 75
+    assert max(w for t, (w, _) in warm.items() if t + 90 < rise) == 1
+    # after the peak (back to 20/s at minute 16): the target drops, the surplus goes on its idle TTL (120 s, decaying)
     after = 15 * 60
     assert warm[after + 60][1] == 1
     assert warm[after + 600] == (1, 1)
