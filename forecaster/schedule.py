@@ -236,6 +236,7 @@ class TrainScheduler:
         self.pull_threads = int(pull_threads)
         self.clock = clock
         self._caps: dict[str, dict[str, Any]] = {}
+        self._series = {w.series_id: w for w in config.series()}  # what a queued fit reads when it runs
         self._done_reported = fits.done  # fits may outlive a scheduler (a new trainer after a reload)
 
     def reconfigure(self, config) -> list[str]:
@@ -257,7 +258,7 @@ class TrainScheduler:
         self.history.forget(set(new) - set(again))
         if self.trainer.checkpoints is not None:
             self.trainer.checkpoints.prune((set(new) - set(again)) | {GLOBAL_ID})
-        self.config = config
+        self.config, self._series = config, new
         return again + sorted(set(new) - set(old))
 
     def _pull(self, w, now: float):
@@ -311,15 +312,23 @@ class TrainScheduler:
         return queued
 
     def _fit_job(self, w) -> Callable[[], None]:
+        sid = w.series_id
+
         def prepare() -> tuple:
+            # the workload as the file says when the fit runs: it may have changed since queued
+            cur = self._series.get(sid)
+            if cur is None:
+                raise ModelError(f"{sid} left the workloads file before its fit ran")
             now = self.clock()
-            ts, vals = _checked(w.series_id, w.demand_query,
-                                self.history.pull(w.series_id, w.demand_query, now, full=True))
-            return w.series_id, ts, vals, now, capacity_per_pod(self._caps.get(w.series_id, {}))
+            ts, vals = _checked(sid, cur.demand_query, self.history.pull(sid, cur.demand_query, now, full=True))
+            return sid, ts, vals, now, capacity_per_pod(self._caps.get(sid, {}))
 
         def job() -> None:
-            sid, ts, vals, now, cap = prepare()
-            self.trainer.fit(sid, ts, vals, now=now, capacity_per_pod=cap)
+            cur = self._series.get(sid)
+            sid_, ts, vals, now, cap = prepare()
+            self.trainer.fit(sid_, ts, vals, now=now, capacity_per_pod=cap)
+            if self._series.get(sid) is not cur:  # reconfigured while it fitted: that fit is of the old entry
+                self.trainer.forget(sid)
         # EngineFits pulls here (prepare) and fits elsewhere; ThreadFits just calls job()
         job.prepare, job.trainer = prepare, self.trainer  # type: ignore[attr-defined]
         return job

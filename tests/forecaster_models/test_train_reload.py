@@ -100,3 +100,28 @@ def test_a_fleet_wide_change_builds_a_new_trainer(tmp_path, counting):  # noqa: 
     doc["training"]["horizon_steps"] = 6
     trainer, steps = run(path, MemoryForecastStore(), None, {1: doc}, iterations=3)
     assert trainer.horizon == 6 and steps[2]["fits_done"] == 4
+
+
+def test_a_fit_queued_before_an_edit_fits_the_edited_entry_and_one_that_left_is_not_fitted(tmp_path, counting):  # noqa: F811
+    from forecaster.schedule import TrainScheduler, trainer_from_config
+
+    class Recording(FrameSource):
+        queries: list = []
+
+        def fetch(self, query, start, end, step_seconds, series_id=None):
+            self.queries.append(query)
+            return super().fetch(query, start, end, step_seconds, series_id)
+
+    config = parse_config(copy.deepcopy(DOC))
+    src = Recording()
+    fits = InlineFits(budget_seconds=0.0)  # nothing runs inside the step: the fits stay queued
+    sched = TrainScheduler(config, src, trainer_from_config(config, MemoryForecastStore()), fits=fits, pull_threads=1,
+                           clock=lambda: T0)
+    assert len(sched.step(T0)["queued"]) == 4
+    doc = edited()  # w3's query becomes q9, w2 leaves
+    sched.reconfigure(parse_config(doc))
+    src.queries.clear()
+    while fits.run_one():
+        pass
+    assert "q9" in src.queries and "q3" not in src.queries and "q2" not in src.queries
+    assert sched.trainer.state("ns/w3").fitted and sched.trainer.state("ns/w2") is None
