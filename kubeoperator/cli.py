@@ -22,6 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trainer-config-map", default="foresight-trainer-config", help="written: what the trainer mounts")
     p.add_argument("--trainer-deployment", default="", help="restarted when its config changes ('' = none, the default: "
                    "foresight train re-reads its file and takes a change in place, refitting only what changed)")
+    p.add_argument("--adapter-deployment", default="", help="restarted too when that config changes: the adapter reads "
+                   "its workloads (the observed-demand queries it serves while Redis is down) at start ('' = none)")
     p.add_argument("--warmpool-base-config-map", default="foresight-warmpool-base")
     p.add_argument("--warmpool-config-map", default="foresight-warmpool-policy", help="written ('' = WarmPools off)")
     p.add_argument("--warmpool-url", help="the warm-pool controller's API, e.g. http://foresight-warmpool:8091")
@@ -44,7 +46,8 @@ def run(args) -> int:
 
     settings = OperatorSettings(
         namespace=args.namespace, base_configmap=args.base_config_map, effective_configmap=args.trainer_config_map,
-        trainer_deployment=args.trainer_deployment or None, warmpool_base_configmap=args.warmpool_base_config_map or None,
+        trainer_deployment=args.trainer_deployment or None, adapter_deployment=args.adapter_deployment or None,
+        warmpool_base_configmap=args.warmpool_base_config_map or None,
         warmpool_configmap=args.warmpool_config_map or None, warmpool_url=args.warmpool_url,
         resync_seconds=args.resync_seconds,
         metrics=MetricSettings(lead_seconds=args.lead_seconds, max_forecast_age_seconds=args.max_forecast_age),

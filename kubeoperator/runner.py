@@ -36,9 +36,9 @@ class OperatorSettings:
     """Where the operator finds and writes the shared configuration (namespace of foresight).
 
     base_configmap/base_key: the user's trainer config (the ConfigMap path); effective_configmap:
-    what the trainer mounts (base + autoscalers); trainer_deployment: restarted when it changes
-    (the trainer reads its file once). warmpool_*: the same for the warm-pool controller, which
-    reloads its file by itself; warmpool_url: its HTTP API for the WarmPool status.
+    what the trainer mounts (base + autoscalers); trainer_deployment, adapter_deployment:
+    restarted when it changes (both read the file once). warmpool_*: the same for the warm-pool
+    controller, which reloads its file by itself; warmpool_url: its HTTP API for the WarmPool status.
     """
 
     namespace: str = "foresight"
@@ -48,6 +48,7 @@ class OperatorSettings:
     # None: the trainer re-reads its file and takes a change in place (forecaster/configwatch.py);
     # a restart would lose its fitted states with the pod's checkpoint volume
     trainer_deployment: str | None = None
+    adapter_deployment: str | None = None
     warmpool_base_configmap: str | None = "foresight-warmpool-base"
     warmpool_configmap: str | None = "foresight-warmpool-policy"
     warmpool_key: str = "policy.yaml"
@@ -72,6 +73,9 @@ class Operator:
         self._wake = threading.Event()
         self._trainer_digest: str | None = None
         self._shadows: dict = {}  # Observe mode: (namespace, name) -> kubeoperator.observe.Shadow
+        # base ConfigMap -> ownerReferences of what the operator writes from it: deleting the
+        # base (helm uninstall) deletes the written one too (garbage collection)
+        self._owners: dict[str, list[dict]] = {}
 
     # -- one pass
     def step(self) -> PassReport:
@@ -94,6 +98,9 @@ class Operator:
         cm = self.api.get_configmap(self.settings.namespace, name) if name else None
         if cm is None:
             return None, None
+        uid = (cm.get("metadata") or {}).get("uid")
+        if uid:
+            self._owners[name] = [{"apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": uid}]
         try:
             return yaml.safe_load((cm.get("data") or {}).get(key, "")) or {}, None
         except yaml.YAMLError as exc:
@@ -144,11 +151,14 @@ class Operator:
         self.api.apply({"apiVersion": "v1", "kind": "ConfigMap",
                         "metadata": {"name": s.effective_configmap, "namespace": s.namespace,
                                      "labels": {"app.kubernetes.io/managed-by": "foresight-operator"},
-                                     "annotations": {DIGEST_ANNOTATION: digest}},
+                                     "annotations": {DIGEST_ANNOTATION: digest},
+                                     "ownerReferences": self._owners.get(s.base_configmap, [])},
                         "data": {s.base_key: text}})
-        if s.trainer_deployment and digest != self._trainer_digest:
-            # the trainer reads its file at start: a new digest on its pod template restarts it
-            self.api.annotate_pod_template(s.namespace, s.trainer_deployment, DIGEST_ANNOTATION, digest)
+        if digest != self._trainer_digest:
+            # the trainer and the adapter read the file at start: a new digest on their pod
+            # templates restarts them (the adapter's is a rolling update)
+            for dep in (d for d in (s.trainer_deployment, s.adapter_deployment) if d):
+                self.api.annotate_pod_template(s.namespace, dep, DIGEST_ANNOTATION, digest)
             self._trainer_digest = digest
 
     def _warmpools(self, now: float, rep: PassReport) -> None:
@@ -160,7 +170,8 @@ class Operator:
         if rendered.text:
             self.api.apply({"apiVersion": "v1", "kind": "ConfigMap",
                             "metadata": {"name": s.warmpool_configmap, "namespace": s.namespace,
-                                         "labels": {"app.kubernetes.io/managed-by": "foresight-operator"}},
+                                         "labels": {"app.kubernetes.io/managed-by": "foresight-operator"},
+                                         "ownerReferences": self._owners.get(s.warmpool_base_configmap or "", [])},
                             "data": {s.warmpool_key: rendered.text}})
         views, counts, ctl_error = self._controller_view()
         for obj, wp in zip(objs, pools):
