@@ -2,7 +2,7 @@
 #   --target app   foresight serve / operator / warmpool / up: no torch, no Prophet
 #   (default)      the trainer: app + the `models` extra (torch, Prophet) and Ray
 # BASE: any Debian-like image with python3 >= 3.11 and its venv module. `docker build .` uses
-# python:3.11-slim; tests/node/images.sh builds one from Debian packages (no registry there).
+# python:3.11-slim; tests/cluster/build_images.sh builds one from Debian packages (no registry there).
 ARG BASE=python:3.11-slim
 FROM ${BASE} AS app
 # pip's cache stays out of the image; tests/cluster/build_images.sh mounts one at PIP_CACHE_MOUNT,

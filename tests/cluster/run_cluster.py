@@ -55,11 +55,16 @@ def main(argv: list[str] | None = None) -> int:
         raise
     kubectl = cp.bin_dir / "kubectl"
     addons = "" if args.bare else ", CoreDNS, metrics-server and Prometheus"
+    from tests.cluster import chart
+
+    helm_cmd = " ".join([str(chart.helm_binary()), "--kubeconfig", str(cp.admin_kubeconfig), "install", chart.RELEASE,
+                         str(chart.CHART), "-n", chart.NAMESPACE, "--create-namespace", *chart.node_values(node.images)])
     print(f"control plane, node {node.name}{addons} up in {time.monotonic() - t0:.0f} s (node {node.started_seconds:.1f} s)\n"
           f"kubeconfig: {cp.admin_kubeconfig}\n"
           f"  {kubectl} --kubeconfig {cp.admin_kubeconfig} get nodes -o wide\n"
           f"images on the node: {', '.join(i['ref'] for n, i in node.images.items() if n != 'base')}\n"
-          f"{prometheus}logs: {cp.dir}/*.log   Ctrl-C stops and cleans up", flush=True)
+          f"{prometheus}install foresight's chart on it:\n  {helm_cmd}\n"
+          f"logs: {cp.dir}/*.log   Ctrl-C stops and cleans up", flush=True)
     try:
         while not stop["now"]:
             node.check_alive()
