@@ -293,6 +293,8 @@ class AdapterCore:
             "fresh_forecasts": sum(1 for a in ages if a <= max_age),
             "demand_source_reachable": None if self.observed is None else self.observed.source_up,
             "demand_source_last_error": None if self.observed is None else self.observed.last_error,
+            # Observe-mode lines: why they are missing when the autoscalers cannot be listed
+            "observe_view_error": None if self.observe_view is None else self.observe_view.last_error,
         }
 
     # --- REST ---------------------------------------------------------------------------

@@ -7,7 +7,8 @@ the autoscaler's mode and that block. A request reads a dict; it never waits on 
 
 Degradation: an autoscaler list the API server refuses (403: the adapter's ServiceAccount needs
 ``get, list`` on ``predictiveautoscalers.foresight.dev``) or cannot answer leaves the last view in
-place and ``last_error`` saying why; the REST rows then carry ``observe: null`` with that reason.
+place and ``last_error`` saying why (in the ``/readyz`` body as ``observe_view_error``); rows of
+workloads never listed carry ``observe: null``.
 """
 
 from __future__ import annotations
@@ -107,8 +108,6 @@ def observe_row(view: ObserveView | None, series_id: str, ready_now) -> dict | N
     if view is None:
         return None
     v = view.of(series_id)
-    if v is None and view.last_error and not view.synced:
-        return {"view_error": view.last_error}  # never listed: say why there is no line
     if v is None or v["mode"] != "Observe":
         return None
     ob = dict(v.get("observe") or {})

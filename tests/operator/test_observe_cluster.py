@@ -152,5 +152,10 @@ def test_the_adapter_rest_and_dashboard_show_the_would_have_line_beside_the_actu
     assert "HTTP 403" in view.last_error and "predictiveautoscalers.foresight.dev" in view.last_error
     from adapter.observemode import observe_row
 
-    assert observe_row(view, "shop/obs", lambda: None) == {"view_error": view.last_error}
+    assert observe_row(view, "shop/obs", lambda: None) is None
     view.stop()
+    app = create_app(store=store, pod_watch=(KubeAPI.from_kubeconfig(str(cp.service_account_kubeconfig("shop", "no-pas"))), {}))
+    with TestClient(app) as client:
+        body = wait_for("the refusal in /readyz", lambda: (b := client.get("/readyz").json()).get("observe_view_error") and b,
+                        timeout=30)
+        assert "HTTP 403" in body["observe_view_error"]
