@@ -32,7 +32,7 @@ from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 log = logging.getLogger("foresight.adapter.fallback")
 

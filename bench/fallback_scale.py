@@ -29,7 +29,6 @@ import argparse
 import asyncio
 import json
 import logging
-import math
 import subprocess
 import tempfile
 import threading

@@ -9,7 +9,7 @@ import pytest
 from adapter.fallback import ObservedDirect, PrometheusDemandReader
 from forecaster.config import parse_config
 from forecaster.sources.prometheus import PrometheusSource
-from tests.foundation.test_default_queries import END, PODS, families
+from tests.foundation.test_default_queries import END, families
 
 
 class AtEnd:
