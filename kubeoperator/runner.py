@@ -36,8 +36,9 @@ class OperatorSettings:
     """Where the operator finds and writes the shared configuration (namespace of foresight).
 
     base_configmap/base_key: the user's trainer config (the ConfigMap path); effective_configmap:
-    what the trainer mounts (base + autoscalers); trainer_deployment, adapter_deployment:
-    restarted when it changes (both read the file once). warmpool_*: the same for the warm-pool
+    what the trainer mounts (base + autoscalers), which the trainer re-reads in place;
+    trainer_deployment, adapter_deployment: restarted when it changes (off by default for the
+    trainer; the adapter reads its workloads once). warmpool_*: the same for the warm-pool
     controller, which reloads its file by itself; warmpool_url: its HTTP API for the WarmPool status.
     """
 
