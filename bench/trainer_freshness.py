@@ -20,6 +20,12 @@ real fits, the real 2 cores; nothing simulated but the source's latency):
   stopped after ``--old-seconds``; its full duration is projected from its measured rates.
 Forecast age (now - generated_at, what the adapter compares with max_forecast_age_seconds = 300)
 is computed for every workload every second from the recorded publications: max and p99.
+
+After the new trainer's second cycle one workload's ``serving`` is edited and taken in place
+(``TrainScheduler.reconfigure``, what the trainer does when the operator rewrites its file for
+one PredictiveAutoscaler): reported are the series that started over, how many of the others
+kept their fitted state, how many of those served a fitted model before and the not-trained
+placeholder at the end, and the others' max forecast age from the edit on.
 """
 
 from __future__ import annotations
@@ -154,7 +160,7 @@ def run_new(config, source: TraceSource, store: RecordingStore, states: list, ar
     install(trainer, config, states, due_at=time.time())
     fits = ThreadFits()
     sched = TrainScheduler(config, source, trainer, fits=fits, pull_threads=args.pull_threads)
-    cycles, t_start, rss1 = [], time.time(), None
+    cycles, t_start, rss1, edit = [], time.time(), None, None
     interval = config.training.refresh_interval_seconds
     while True:
         t0 = time.time()
@@ -167,18 +173,57 @@ def run_new(config, source: TraceSource, store: RecordingStore, states: list, ar
         print(f"  new: cycle {len(cycles)} at +{t0 - t_start:5.0f} s: refreshed {out['published']} in "
               f"{out['refresh_seconds']:.1f} s, {source.points - p0} points pulled; fits {fits.done} done, "
               f"{out['fits_pending']} queued", flush=True)
+        if edit is None and len(cycles) == EDIT_AFTER_CYCLES and len(config.workloads) > 1:
+            edit = edit_one(sched, store)
         if time.time() - t_start >= args.run_seconds:
             break
         time.sleep(max(0.0, interval - (time.time() - t0)))
     t_end = time.time()
     fits.stop(timeout=30)
+    if edit is not None:
+        edit.update(kept_after(sched, store, edit))
     sample = [trainer.state(w.series_id) for w in config.workloads[:: max(1, len(config.workloads) // 200)]]
-    return {"t_start": t_start, "t_measure": t_start + cycles[0]["refresh_seconds"], "t_end": t_end,
+    return {"edit": edit, "t_start": t_start, "t_measure": t_start + cycles[0]["refresh_seconds"], "t_end": t_end,
             "cycles": cycles, "fits_done": fits.done, "fits_per_second": fits.done / (t_end - t_start),
             "rss_per_workload_bytes": (rss1 - rss0) / len(config.workloads),
             "ring_bytes_per_workload": sched.history.capacity * 8,
             "state_pickle_bytes_mean": float(np.mean([len(pickle.dumps(s)) for s in sample])),
             "pulls": {"full": sched.history.stats.full, "incremental": sched.history.stats.incremental}}
+
+
+# One autoscaler's spec.serving is edited after this many refresh cycles (the operator rewrites the
+# trainer's file; the trainer takes it in place): the others must keep their fitted models.
+EDIT_AFTER_CYCLES = 2
+
+
+def edit_one(sched, store) -> dict:
+    """Reconfigure with workload 0's serving changed; returns what started over, when, and how
+    many of the others still hold their fitted state right after."""
+    import dataclasses
+
+    cfg = sched.config
+    w0 = cfg.workloads[0]
+    serving = dataclasses.replace(cfg.serving, violation_cost_pods=cfg.serving.violation_cost_pods * 2)
+    edited = dataclasses.replace(cfg, workloads=(dataclasses.replace(w0, serving=serving),) + tuple(cfg.workloads[1:]))
+    others = [w.series_id for w in cfg.workloads[1:]]
+    models = {sid: getattr(store.latest(sid), "model", None) for sid in others}
+    at = time.time()
+    again = sched.reconfigure(edited)
+    kept = sum(1 for sid in others if (st := sched.trainer.state(sid)) is not None and st.fitted)
+    print(f"  edit: {w0.series_id}'s serving changed in place; {len(again)} series start over ({', '.join(again)}); "
+          f"{kept}/{len(others)} others keep their fitted state", flush=True)
+    return {"at": at, "start_over": again, "others": len(others), "others_keeping_a_fitted_model": kept,
+            "models": models}
+
+
+def kept_after(sched, store, edit: dict) -> dict:
+    """The others that served a fitted model before the edit and the not-trained-yet placeholder
+    at the end (an edit that cold-started them would make this all of them; a drift fallback to
+    persistence is not counted: it is the model's own state)."""
+    models = edit.pop("models")
+    fitted = [sid for sid, m in models.items() if m not in (None, "persistence")]
+    lost = sum(1 for sid in fitted if "not trained yet" in (getattr(store.latest(sid), "reason", "") or ""))
+    return {"others_served_fitted_before": len(fitted), "of_those_on_the_placeholder_at_the_end": lost}
 
 
 class _Stop(BaseException):
@@ -361,6 +406,10 @@ def main(argv=None) -> int:
         new = run_new(config, source, store, states, args)
         new.update(n=args.workloads, refresh_interval=args.refresh_seconds)
         new_ages = ages(store.events, args.workloads, new["t_measure"], new["t_end"])
+        if new["edit"] is not None:  # the others' forecast age from the edit on
+            rest = [e for e in store.events if e[0] != 0]
+            new["edit"]["others_max_age_seconds_after"] = ages(rest, args.workloads, new["edit"]["at"], new["t_end"])["max_age"]
+            new["edit"]["at"] -= new["t_start"]
         fresh = {w.series_id: raw.latest(w.series_id) for w in config.workloads}
         print(f"old trainer (train_once in a loop), stopped after {args.old_seconds:.0f} s:")
         old_store = RecordingStore(raw, index)
@@ -388,7 +437,8 @@ def report(args, new, old, new_ages, old_ages, total_seconds: float, out: Path) 
                 "fits_done": new["fits_done"], "fits_per_second": new["fits_per_second"],
                 "pulls": new["pulls"], "rss_per_workload_bytes": new["rss_per_workload_bytes"],
                 "ring_bytes_per_workload": new["ring_bytes_per_workload"],
-                "fitted_state_pickle_bytes_mean": new["state_pickle_bytes_mean"], "cycles": c},
+                "fitted_state_pickle_bytes_mean": new["state_pickle_bytes_mean"], "cycles": c,
+                "edit_one_workload": new["edit"]},
         "old": {"max_age_seconds_measured": old_ages["max_age"], "p99_age_seconds_measured": old_ages["p99_age"],
                 "measured_seconds": old["t_end"] - old["t_start"], "pulls": old["pulls"], "fits_done": old["fits_done"],
                 "pull_phase_seconds": old["pull_phase_seconds"], "fits_per_second": old["fits_per_second"],
@@ -414,6 +464,13 @@ def report(args, new, old, new_ages, old_ages, total_seconds: float, out: Path) 
     print(f"memory per workload: ring {n['ring_bytes_per_workload'] / 1024:.1f} KB, fitted state ~"
           f"{n['fitted_state_pickle_bytes_mean'] / 1024:.1f} KB (pickled), RSS growth "
           f"{n['rss_per_workload_bytes'] / 1024:.1f} KB (rings + states + forecasts in the memory store)")
+    if new["edit"] is not None:
+        e = new["edit"]
+        print(f"one workload's serving edited at +{e['at']:.0f} s: {len(e['start_over'])} series started over; "
+              f"{e['others_keeping_a_fitted_model']}/{e['others']} others kept their fitted state, "
+              f"{e['of_those_on_the_placeholder_at_the_end']} of the {e['others_served_fitted_before']} served from a "
+              f"fitted model before it on the placeholder at the end; "
+              f"the others' max forecast age after the edit {e['others_max_age_seconds_after']:.0f} s")
     print(f"wrote {out / 'trainer_freshness.json'}, .csv and .png ({total_seconds:.0f} s in all)")
 
 

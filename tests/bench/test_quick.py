@@ -159,11 +159,15 @@ def test_trainer_freshness_quick_keeps_every_forecast_within_the_staleness_limit
     positive(new["max_age_seconds"], new["rss_per_workload_bytes"], new["fitted_state_pickle_bytes_mean"])
     assert new["max_age_seconds"] <= doc["staleness_limit_seconds"]
     assert new["cycles"] and all(c["published"] == 40 for c in new["cycles"])  # every cycle refreshes all
-    assert 0 <= new["fits_done"] <= 40 and math.isfinite(new["fits_per_second"])  # fits go on beside them
+    assert 0 <= new["fits_done"] <= 41 and math.isfinite(new["fits_per_second"])  # beside them (the edited one twice)
     positive(old["fits_per_second"], old["projected_cycle_seconds"], old["measured_seconds"])
     lines = (tmp_path / "trainer_freshness.csv").read_text().splitlines()
     assert lines[0] == "t,new_max_age,new_p99_age" and len(lines) >= 3
     assert_png(tmp_path / "trainer_freshness.png")
+    edit = new["edit_one_workload"]  # one autoscaler's serving edited in place mid-run
+    assert edit["start_over"] == ["bench/w0"] and edit["others_keeping_a_fitted_model"] == edit["others"] == 39
+    assert edit["of_those_on_the_placeholder_at_the_end"] == 0 and edit["others_served_fitted_before"] > 0
+    assert edit["others_max_age_seconds_after"] <= doc["staleness_limit_seconds"]
 
 
 def test_warmpool_crun_quick_claims_real_containers_warm_and_cold(tmp_path):
