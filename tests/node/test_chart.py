@@ -1,0 +1,263 @@
+"""charts/foresight as a user installs it, on the real node: `helm install` with the node's images
+(tests/cluster/chart.py), every pod of the default chart Ready (Redis, the adapter x2, the trainer,
+the operator), the chart's own serving certificate trusted by the aggregator (APIService
+Available), and a PredictiveAutoscaler on a real Deployment whose HPA reads
+predicted_cpu_load_ratio through kube-apiserver from the adapter pods, computed by the trainer
+from the node's Prometheus. Then faults under steady polling of the metric through
+kube-apiserver (the HPA's path): one adapter pod deleted, Redis stopped. No foresight process
+runs outside a pod here.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+import yaml
+
+from tests.cluster import chart
+from tests.cluster.addons import deploy_coredns, deploy_metrics_server, deploy_prometheus
+from tests.cluster.controlplane import wait_for
+
+# the module's node waits for the machine's node lock, then starts, installs and trains: more than
+# the suite's 600 s per test on a busy 2-core machine
+pytestmark = [pytest.mark.timeout(1500)]
+
+APP_NS = "shop"
+APP = "api"
+METRIC = "predicted_cpu_load_ratio"
+METRIC_PATH = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{APP_NS}/{METRIC}"
+CPU_REQUEST = "20m"  # the demo burns its whole limit (= request): a load ratio near 1 per pod, bounded CPU
+
+
+def _log(msg: str) -> None:
+    sys.stderr.write(f"\n[chart] {msg}\n")
+
+
+def _demo_deployment(image: str) -> dict:
+    c = {"name": "burn", "image": image, "imagePullPolicy": "Never", "command": ["/bin/sh", "-c", "while :; do :; done"],
+         "resources": {"requests": {"cpu": CPU_REQUEST}, "limits": {"cpu": CPU_REQUEST}}}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": APP, "namespace": APP_NS},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": APP}},
+                     "template": {"metadata": {"labels": {"app": APP}},
+                                  "spec": {"containers": [c], "terminationGracePeriodSeconds": 1}}}}
+
+
+def _autoscaler() -> dict:
+    return {"apiVersion": "foresight.dev/v1alpha1", "kind": "PredictiveAutoscaler",
+            "metadata": {"name": APP, "namespace": APP_NS},
+            "spec": {"scaleTargetRef": {"name": APP}, "minReplicas": 1, "maxReplicas": 2,
+                     "metrics": [{"name": "cpu", "type": "Resource", "cpuRequestCores": 0.02}]}}
+
+
+def _hpa(cp) -> dict:
+    r = cp.admin.get(f"/apis/autoscaling/v2/namespaces/{APP_NS}/horizontalpodautoscalers/{APP}")
+    return r.json() if r.status_code == 200 else {}
+
+
+def _external_current(hpa: dict) -> str | None:
+    for m in (hpa.get("status") or {}).get("currentMetrics") or []:
+        if m.get("type") == "External" and m["external"]["metric"]["name"] == METRIC:
+            return m["external"]["current"].get("value")
+    return None
+
+
+def _failed_external(cp) -> int:
+    """How many times the HPA controller failed to get the external metric (events' counts)."""
+    evs = cp.admin.json(f"/api/v1/namespaces/{APP_NS}/events", fieldSelector=f"involvedObject.name={APP}")["items"]
+    return sum(e.get("count") or 1 for e in evs if e.get("reason") == "FailedGetExternalMetric")
+
+
+def _qty(v: str) -> float:
+    """A Kubernetes quantity as the API writes a metric value: 142m, 141973088n, 2."""
+    scale = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3}
+    return float(v[:-1]) * scale[v[-1]] if v[-1] in scale else float(v)
+
+
+def _metric(cp):
+    return cp.admin.get(METRIC_PATH, labelSelector=f"workload={APP}")
+
+
+def _poll_metric(cp, until, seconds_after: float, limit: float) -> dict:
+    """GET the metric through kube-apiserver twice a second until ``until()`` holds and then
+    ``seconds_after`` more (at most ``limit`` s in all); counts answers by status."""
+    t0 = time.monotonic()
+    done_at = None
+    codes: dict[int, int] = {}
+    first_ok_after_done = None
+    while time.monotonic() - t0 < limit:
+        r = _metric(cp)
+        codes[r.status_code] = codes.get(r.status_code, 0) + 1
+        if done_at is None and until():
+            done_at = time.monotonic()
+        if done_at is not None:
+            if r.status_code == 200 and first_ok_after_done is None:
+                first_ok_after_done = time.monotonic() - t0
+            if time.monotonic() - done_at >= seconds_after:
+                break
+        time.sleep(0.5)
+    return {"codes": codes, "recovered_seconds": None if done_at is None else done_at - t0,
+            "non_2xx": sum(n for c, n in codes.items() if not 200 <= c < 300)}
+
+
+@pytest.fixture(scope="module")
+def release(node):
+    cp = node.cp
+    deploy_coredns(node)
+    deploy_metrics_server(node)
+    deploy_prometheus(node)
+    helm_bin = chart.helm_binary()
+    # the operator and trainer react within seconds (a user's values, not a test hook)
+    seconds = chart.install(node, helm_bin, "--set", "operator.resyncSeconds=5",
+                            "--set", "trainer.config.training.refresh_interval_seconds=15")
+    _log(f"helm install -> every pod of the default chart Ready in {seconds:.1f} s: {chart.ready_by_component(cp)}")
+    cp.ensure_namespace(APP_NS)
+    r = cp.admin.apply(f"/apis/apps/v1/namespaces/{APP_NS}/deployments/{APP}", _demo_deployment(node.images["busybox"]["ref"]),
+                       "chart-test")
+    assert r.status_code in (200, 201), r.text
+    cp.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(_autoscaler()))
+    t0 = time.monotonic()
+    value = wait_for("the HPA reads predicted_cpu_load_ratio", lambda: (node.check_alive(), _external_current(_hpa(cp)))[1],
+                     timeout=240, interval=1, detail=lambda: f"hpa {(_hpa(cp).get('status'))}\nmetric {_metric(cp).text[:500]}"
+                     f"\npods {chart.pods_detail(cp)}")
+    _log(f"PredictiveAutoscaler created -> the HPA's first {METRIC} ({value}) in {time.monotonic() - t0:.1f} s")
+    # the operator restarts the adapter and trainer on the new workload (both read it at start)
+    wait_for("the autoscaler's workload in the adapter's and trainer's running config", lambda: chart.config_applied(cp),
+             timeout=180, interval=1, detail=lambda: chart.pods_detail(cp))
+    chart.wait_release_ready(node)
+    _log(f"... and the adapter and trainer restarted on it after {time.monotonic() - t0:.1f} s")
+    return {"helm": helm_bin, "install_seconds": seconds}
+
+
+def test_every_pod_of_the_default_chart_is_ready_with_the_charts_own_certificate(node, release):
+    cp = node.cp
+    assert chart.ready_by_component(cp) == chart.DEFAULT_PODS
+    pods = chart.release_pods(cp)
+    assert {p["spec"]["nodeName"] for p in pods} == {node.name}
+    images = {c["image"] for p in pods for c in p["spec"]["containers"] + p["spec"].get("initContainers", [])}
+    assert images == {node.images["app"]["ref"], node.images["redis"]["ref"]}
+    svc = cp.admin.json("/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.external.metrics.k8s.io")
+    assert svc["spec"]["service"] == {"name": "foresight-adapter", "namespace": chart.NAMESPACE, "port": 443}
+    assert not svc["spec"].get("insecureSkipTLSVerify")
+    secret = cp.admin.json(f"/api/v1/namespaces/{chart.NAMESPACE}/secrets/foresight-adapter-tls")
+    assert svc["spec"]["caBundle"] == secret["data"]["ca.crt"]
+    assert any(c["type"] == "Available" and c["status"] == "True" for c in svc["status"]["conditions"]), svc["status"]
+
+
+def test_the_hpa_reads_the_served_value_through_kube_apiserver(node, release):
+    cp = node.cp
+    r = _metric(cp)
+    assert r.status_code == 200, r.text
+    (item,) = r.json()["items"]
+    assert item["metricName"] == METRIC and _qty(item["value"]) > 0
+    hpa = _hpa(cp)
+    conds = {c["type"]: c for c in hpa["status"]["conditions"]}
+    assert conds["ScalingActive"]["status"] == "True", conds
+    assert _external_current(hpa) is not None
+    # the PredictiveAutoscaler shows READY and the value (the operator reads the adapter's store)
+    def pa_ready():
+        pa = cp.admin.json(f"/apis/foresight.dev/v1alpha1/namespaces/{APP_NS}/predictiveautoscalers/{APP}")
+        return pa if any(c["type"] == "Ready" and c["status"] == "True" for c in pa["status"]["conditions"]) else None
+
+    pa = wait_for("the PredictiveAutoscaler Ready (the operator's next pass)", pa_ready, timeout=60, detail=lambda: str(
+        cp.admin.json(f"/apis/foresight.dev/v1alpha1/namespaces/{APP_NS}/predictiveautoscalers/{APP}")["status"])[:2000])
+    served = {m["name"]: m for m in pa["status"]["metrics"]}["cpu"]
+    _log(f"PredictiveAutoscaler status: {served}")
+    assert served["servedSource"] not in ("none", None), served
+
+
+def test_deleting_an_adapter_pod_the_other_serves_and_the_deployment_restarts_it(node, release):
+    cp = node.cp
+    failed_before = _failed_external(cp)
+    old = {p["metadata"]["name"] for p in chart.release_pods(cp) if p["metadata"]["labels"]["app.kubernetes.io/component"] == "adapter"}
+    victim = sorted(old)[0]
+    r = cp.admin.delete(f"/api/v1/namespaces/{chart.NAMESPACE}/pods/{victim}")
+    assert r.status_code == 200, r.text
+
+    def replaced() -> bool:
+        adapters = [p for p in chart.release_pods(cp) if p["metadata"]["labels"]["app.kubernetes.io/component"] == "adapter"]
+        return len([p for p in adapters if chart.is_ready(p)]) == 2 and victim not in {p["metadata"]["name"] for p in adapters}
+
+    res = _poll_metric(cp, replaced, seconds_after=5, limit=180)
+    _log(f"adapter pod {victim} deleted: replacement Ready in {res['recovered_seconds']} s; answers {res['codes']}")
+    assert res["recovered_seconds"] is not None, chart.pods_detail(cp)
+    assert res["non_2xx"] == 0, res
+    assert _failed_external(cp) == failed_before
+
+
+def test_with_redis_stopped_the_metric_degrades_to_observed_demand_never_a_503(node, release):
+    cp = node.cp
+    failed_before = _failed_external(cp)
+    path = f"/apis/apps/v1/namespaces/{chart.NAMESPACE}/deployments/foresight-redis/scale"
+
+    def scale(n: int) -> None:
+        r = cp.admin.patch(path, {"spec": {"replicas": n}})
+        assert r.status_code == 200, r.text
+
+    scale(0)
+    try:
+        gone = lambda: not [p for p in chart.release_pods(cp) if p["metadata"]["labels"]["app.kubernetes.io/component"] == "store"]
+        res = _poll_metric(cp, gone, seconds_after=30, limit=120)
+        _log(f"Redis stopped: gone after {res['recovered_seconds']} s, then 30 s of answers: {res['codes']}")
+        assert res["recovered_seconds"] is not None
+        assert res["non_2xx"] == 0, res
+        assert _qty(_metric(cp).json()["items"][0]["value"]) > 0
+    finally:
+        scale(1)
+    res = _poll_metric(cp, lambda: chart.ready_by_component(cp).get("store") == 1, seconds_after=5, limit=120)
+    _log(f"Redis back: Ready after {res['recovered_seconds']} s; answers {res['codes']}")
+    assert res["non_2xx"] == 0, res
+    assert _failed_external(cp) == failed_before
+
+
+def _labelled(cp, path: str) -> list[str]:
+    r = cp.admin.get(path, labelSelector=f"app.kubernetes.io/instance={chart.RELEASE}")
+    return [i["metadata"]["name"] for i in r.json().get("items", [])] if r.status_code == 200 else []
+
+
+NAMESPACED = {"Deployment": "/apis/apps/v1/namespaces/{ns}/deployments", "Service": "/api/v1/namespaces/{ns}/services",
+              "ConfigMap": "/api/v1/namespaces/{ns}/configmaps", "Secret": "/api/v1/namespaces/{ns}/secrets",
+              "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+              "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+              "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+              "PodDisruptionBudget": "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+              "Pod": "/api/v1/namespaces/{ns}/pods"}
+CLUSTER = {"ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+           "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+           "APIService": "/apis/apiregistration.k8s.io/v1/apiservices"}
+
+
+def _release_objects(cp) -> dict[str, list[str]]:
+    out = {k: _labelled(cp, p.format(ns=chart.NAMESPACE)) for k, p in NAMESPACED.items()}
+    out.update({k: _labelled(cp, p) for k, p in CLUSTER.items()})
+    out["RoleBinding(kube-system)"] = _labelled(cp, NAMESPACED["RoleBinding"].format(ns="kube-system"))
+    return {k: sorted(v) for k, v in out.items() if v}
+
+
+def test_helm_upgrade_keeps_the_certificate_and_uninstall_leaves_only_what_is_kept_on_purpose(node, release):
+    cp = node.cp
+    ca = cp.admin.json("/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.external.metrics.k8s.io")["spec"]["caBundle"]
+    t0 = time.monotonic()
+    chart.helm(release["helm"], cp, "upgrade", chart.RELEASE, str(chart.CHART), "-n", chart.NAMESPACE, "--reuse-values",
+               "--set", "logFormat=json")
+    args = [a for d in cp.admin.json(f"/apis/apps/v1/namespaces/{chart.NAMESPACE}/deployments")["items"]
+            for c in d["spec"]["template"]["spec"]["containers"] for a in c.get("args", []) if a.startswith("--log-format")]
+    assert args and set(args) == {"--log-format=json"}, args
+    chart.wait_release_ready(node)
+    wait_for("the metric after the upgrade", lambda: _metric(cp).status_code == 200, timeout=60)
+    _log(f"helm upgrade (logFormat=json) -> every pod Ready again in {time.monotonic() - t0:.1f} s")
+    assert cp.admin.json("/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.external.metrics.k8s.io")["spec"]["caBundle"] == ca
+
+    before = _release_objects(cp)
+    assert before["APIService"] == ["v1beta1.external.metrics.k8s.io"]
+    chart.helm(release["helm"], cp, "uninstall", chart.RELEASE, "-n", chart.NAMESPACE, "--wait", "--timeout", "3m")
+    left = wait_for("the release's pods gone", lambda: (lambda o: o if "Pod" not in o else None)(_release_objects(cp)),
+                    timeout=120, detail=lambda: str(_release_objects(cp)))
+    # kept on purpose (helm.sh/resource-policy: keep): the Redis users' passwords, so a reinstall
+    # keeps the ACL its clients know
+    assert left == {"Secret": ["foresight-redis-users"]}, left
+    unlabelled = {k: sorted(i["metadata"]["name"] for i in cp.admin.json(NAMESPACED[k].format(ns=chart.NAMESPACE))["items"]
+                            if i["metadata"]["name"] not in ("kube-root-ca.crt", "default")) for k in ("ConfigMap", "Secret", "ServiceAccount")}
+    _log(f"helm uninstall: left in {chart.NAMESPACE}: {unlabelled}")
+    assert unlabelled == {"ConfigMap": [], "Secret": ["foresight-redis-users"], "ServiceAccount": []}, unlabelled
