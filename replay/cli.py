@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="override training.models for the predictive modes, comma-separated (auto, ar, ...)")
     p.add_argument("--violation-cost-pods", type=float, default=None,
                    help="override serving.violation_cost_pods: how many pod-minutes one minute of SLO "
-                        "violation is worth when the trainer chooses each workload's headroom (default 88)")
+                        "violation is worth when the trainer chooses each workload's headroom (default 150)")
     p.add_argument("--pods-at-p99", type=float, default=20.0, help="pods the trace's p99 needs at 70%% (default 20)")
     p.add_argument("--max-replicas", type=int, default=100)
     p.add_argument("--min-replicas", type=int, default=1)
