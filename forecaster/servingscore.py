@@ -159,9 +159,17 @@ def violation_minutes(path: np.ndarray, limit: np.ndarray, minutes: float) -> np
     """Minutes of each slice with demand above ``limit``: ``path`` (..., 2) is linear over a
     slice of ``minutes`` from path[..., 0] to path[..., 1]; ``limit`` broadcasts against path[..., 0]."""
     u, v = path[..., 0], path[..., 1]
-    hi, d = np.maximum(u, v), np.abs(v - u)
-    frac = np.where(d > 0, np.clip((hi - limit) / np.where(d > 0, d, 1.0), 0.0, 1.0), (u > limit).astype(float))
-    return minutes * frac
+    lim = np.asarray(limit, dtype="float64")
+    shape = np.broadcast_shapes(u.shape, lim.shape)
+    hi = np.broadcast_to(np.maximum(u, v), shape)
+    lim = np.broadcast_to(lim, shape)
+    out = np.zeros(shape)
+    above = hi > lim  # most slices of most candidates never reach the limit: compute the rest only
+    if above.any():
+        h, low = hi[above], np.broadcast_to(np.minimum(u, v), shape)[above]
+        d = h - low
+        out[above] = np.where(d > 0, np.minimum((h - lim[above]) / np.where(d > 0, d, 1.0), 1.0), 1.0)
+    return minutes * out
 
 
 def clairvoyant_cost(slices: np.ndarray, unit: float, minutes: float) -> float:
