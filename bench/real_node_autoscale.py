@@ -185,7 +185,7 @@ class Observer:
                     fc = self.store.latest(f"{NS}/predictive")
                     if fc is not None and (not self.forecasts or self.forecasts[-1]["generated_at"] != fc.generated_at):
                         self.forecasts.append({"generated_at": fc.generated_at, "model": fc.model,
-                                               "source": (fc.policy or {}).get("source"), "p90": list(fc.quantiles.get("p90", ()))[:12],
+                                               "status": fc.status, "source": (fc.policy or {}).get("source"), "p90": list(fc.quantiles.get("p90", ()))[:12],
                                                "observed": fc.observed[-1][1] if fc.observed else None})
             except Exception as exc:  # noqa: BLE001 - a missed poll is a gap in the timeline, reported by its size
                 self.rows.append({"t": time.time(), "error": repr(exc)[:200]})
@@ -264,8 +264,13 @@ def experiment(quick: bool, work: Path | None = None, start: str | None = None, 
         store = open_store(fs.redis_url)
         rise_unix = live_unix + p.rise_offset_s
         need_by = rise_unix - (TIMING.lead_seconds + HPA_SYNC_SECONDS)
-        fc = wait_for("the trainer's first forecast", lambda: (node.check_alive(), store.latest(f"{NS}/predictive"))[1],
-                      timeout=max(30.0, rise_unix - time.time()), interval=1, detail=lambda: fs.trainer_log.read_text()[-3000:])
+        def fitted():  # not the persistence placeholder a trainer publishes before its first fit
+            node.check_alive()
+            fc = store.latest(f"{NS}/predictive")
+            return fc if fc is not None and fc.status != "fallback" else None
+
+        fc = wait_for("the trainer's first fitted forecast", fitted, timeout=max(30.0, rise_unix - time.time()), interval=1,
+                      detail=lambda: fs.trainer_log.read_text()[-3000:])
         published = time.time()
         if published > need_by:
             raise RuntimeError(f"the first forecast was published {rise_unix - published:.0f} s before the rise, less than "

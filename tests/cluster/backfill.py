@@ -84,7 +84,10 @@ def openmetrics(series: list[tuple[dict, list[tuple[float, float]]]]) -> str:
 
 
 def history_labels(node, namespace: str, workload: str) -> dict:
-    return {"namespace": namespace, "pod": f"{workload}-history", "container": "app", "job": "kubelet-resource",
+    """A pod of the workload's Deployment as the trainer's query matches it
+    (``<name>-<ReplicaSet hash>-<5 chars>`` of forecaster.workloads.POD_NAME_ALPHABET), gone
+    before the live pods came."""
+    return {"namespace": namespace, "pod": f"{workload}-hstrc-bkfll", "container": "app", "job": "kubelet-resource",
             "instance": f"{nodenet.NODE_IP}:{node.kubelet_port}", "node": node.name}
 
 
