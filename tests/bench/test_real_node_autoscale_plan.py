@@ -1,0 +1,49 @@
+"""The parts of bench/real_node_autoscale.py that need no node: the plan (the trace's rise found
+where it is), the backfilled history (it continues the live demand at the same time of day), the
+OpenMetrics text promtool reads, and the report's integrals and first-crossing times."""
+
+from __future__ import annotations
+
+import math
+
+from bench.real_node_autoscale import CPU_MS_PER_REQUEST, CPU_OVERHEAD, PEAK_RPS, QUICK, plan, history_cores
+from bench.real_node_report import _first, _integral_minutes
+from tests.cluster.backfill import counter_samples, openmetrics
+
+
+def test_the_quick_plan_starts_flat_and_finds_the_trace_rise_five_minutes_in():
+    p = plan(*QUICK)
+    assert p.rise_offset_s == 300.0  # 15:05 flat, 15:10 the last flat point, 15:15 and 15:20 rising
+    assert p.rps(0) < p.rps(p.rise_offset_s + 600) / 3
+    assert max(p.rps(t) for t in range(0, int(p.segment.length_s), 30)) <= PEAK_RPS + 1e-9
+    assert abs(len(p.offsets) - sum(p.rps(t) for t in range(int(p.segment.length_s)))) < 0.05 * len(p.offsets)
+
+
+def test_the_history_continues_the_live_demand_and_repeats_the_rise_a_day_earlier():
+    p = plan(*QUICK)
+    live = 1_800_000_000.0
+    cores = history_cores(p, live)
+    per_rps = CPU_MS_PER_REQUEST / 1000 * CPU_OVERHEAD
+    assert math.isclose(cores(live), p.rps(0) * per_rps, rel_tol=1e-6)  # the join
+    day_before_peak = cores(live - 86400 + p.rise_offset_s + 900)
+    day_before_flat = cores(live - 86400)
+    assert day_before_peak > 3 * day_before_flat  # the trace's daily rise, a day earlier at the same time
+    assert cores(live - 14 * 86400 + 60) > 0
+
+
+def test_the_counter_integrates_the_cores_and_the_openmetrics_text_is_one_family_ending_in_eof():
+    s = counter_samples(lambda t: 0.5, 0.0, 120.0, 30.0)
+    assert [t for t, _ in s] == [0.0, 30.0, 60.0, 90.0, 120.0]
+    assert math.isclose(s[-1][1], 60.0)  # 0.5 cores for 120 s
+    text = openmetrics([({"pod": "a-b-c", "namespace": "n"}, s)])
+    lines = text.splitlines()
+    assert lines[0] == "# TYPE container_cpu_usage_seconds counter" and lines[-1] == "# EOF"
+    assert lines[1] == 'container_cpu_usage_seconds_total{namespace="n",pod="a-b-c"} 0.000000 0.000'
+
+
+def test_replica_minutes_are_a_step_integral_and_first_crossings_are_polled_times():
+    rows = [{"t": 0.0, "r": 1}, {"t": 60.0, "r": 3}, {"t": 90.0, "r": 2}]
+    assert math.isclose(_integral_minutes(rows, "r", 0.0, 120.0), (60 * 1 + 30 * 3 + 30 * 2) / 60)
+    assert math.isclose(_integral_minutes(rows, "r", 30.0, 75.0), (30 * 1 + 15 * 3) / 60)
+    assert _first(rows, "r", lambda v: v > 1) == 60.0
+    assert _first(rows, "r", lambda v: v > 3) is None
