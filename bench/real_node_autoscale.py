@@ -234,13 +234,37 @@ def run_loads(ips: dict[str, str], offsets: list[float], start_mono: float, max_
     return out
 
 
+def first_fitted_forecast(node, fs, store, live_unix: float, rise_unix: float):
+    """The trainer's first fitted forecast (not the persistence placeholder it publishes before
+    its first fit) and when it came; an error when it came less than a lead plus an HPA sync
+    before the rise: then the machine, not the product, would be measured."""
+    from bench.real_node_stack import HPA_SYNC_SECONDS
+    from forecaster.timing import TIMING
+    from tests.cluster.controlplane import wait_for
+
+    def fitted():
+        node.check_alive()
+        fc = store.latest(f"{NS}/predictive")
+        return fc if fc is not None and fc.status != "fallback" else None
+
+    fc = wait_for("the trainer's first fitted forecast", fitted, timeout=max(30.0, rise_unix - time.time()), interval=1,
+                  detail=lambda: fs.trainer_log.read_text()[-3000:])
+    published = time.time()
+    need = TIMING.lead_seconds + HPA_SYNC_SECONDS
+    if published > rise_unix - need:
+        raise RuntimeError(f"the first forecast was published {rise_unix - published:.0f} s before the rise, less than "
+                           f"a lead + an HPA sync ({need:.0f} s): the machine was too slow to measure the product "
+                           f"(trainer started {live_unix - fs.trainer_started_at:.0f} s before the live start); "
+                           "raise LIVE_DELAY_S")
+    return fc, published
+
+
 def experiment(quick: bool, work: Path | None = None, start: str | None = None, minutes: float | None = None) -> dict:
     """Everything on one node; returns the raw run (bench.real_node_report summarises it)."""
     from bench.real_node_stack import HPA_SYNC_SECONDS, Foresight, start_node
     from forecaster.store import open_store
     from forecaster.timing import TIMING
     from tests.cluster.backfill import backfill, counter_samples, deploy_prometheus, history_labels
-    from tests.cluster.controlplane import wait_for
 
     start, minutes = start or (QUICK if quick else FULL)[0], minutes or (QUICK if quick else FULL)[1]
     p = plan(start, minutes)
@@ -263,20 +287,7 @@ def experiment(quick: bool, work: Path | None = None, start: str | None = None, 
         fs.start_trainer(config)
         store = open_store(fs.redis_url)
         rise_unix = live_unix + p.rise_offset_s
-        need_by = rise_unix - (TIMING.lead_seconds + HPA_SYNC_SECONDS)
-        def fitted():  # not the persistence placeholder a trainer publishes before its first fit
-            node.check_alive()
-            fc = store.latest(f"{NS}/predictive")
-            return fc if fc is not None and fc.status != "fallback" else None
-
-        fc = wait_for("the trainer's first fitted forecast", fitted, timeout=max(30.0, rise_unix - time.time()), interval=1,
-                      detail=lambda: fs.trainer_log.read_text()[-3000:])
-        published = time.time()
-        if published > need_by:
-            raise RuntimeError(f"the first forecast was published {rise_unix - published:.0f} s before the rise, less than "
-                               f"a lead + an HPA sync ({TIMING.lead_seconds + HPA_SYNC_SECONDS:.0f} s): the machine was too "
-                               f"slow to measure the product (trainer started {live_unix - fs.trainer_started_at:.0f} s "
-                               "before the live start); raise LIVE_DELAY_S")
+        fc, published = first_fitted_forecast(node, fs, store, live_unix, rise_unix)
         obs = Observer(cp, store).start()
         start_mono = time.monotonic() + (live_unix - time.time())
         records = run_loads(ips, p.offsets, start_mono, p.segment.length_s + 5)
