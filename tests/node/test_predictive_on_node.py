@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_predictive_copy_has_pods_ready_before_the_reactive_one_and_fewer_slo_breaches(tmp_path):
     _need_root()
     r = subprocess.run([sys.executable, "-m", "bench.real_node", "autoscale", "--quick", "--out", str(tmp_path)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=3600)
+                       capture_output=True, text=True, timeout=5400)  # a node lock wait (<= 30 min) + about 30 min
     assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-5000:]}"
     doc = json.loads((tmp_path / "real_node_autoscale.json").read_text())
     pred, react = doc["copies"]["predictive"], doc["copies"]["reactive"]
