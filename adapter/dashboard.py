@@ -1,100 +1,159 @@
 """The dashboard at ``/``: server-rendered HTML with one inline SVG chart per workload.
 
-No front-end build, no script: every workload's status, the forecast band against the
-observed demand, and the value the HPA currently receives with the reason.
+No front-end build. Per workload: demand and replicas over the last hours and the forecast
+ahead on one labelled time axis (adapter/dashboard_svg.py), the value the HPA receives now as
+adapter/core.py serves it, and the serving policy in one sentence (adapter/dashboard_text.py).
+A few lines of inline script turn the clock labels into the viewer's local time and keep the
+"3 min ago" texts current, counted on the adapter's clock (the page carries it); without the
+script the server's UTC clock times and ages stay.
 """
 
 from __future__ import annotations
 
 import html
 import time
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-from adapter.observemode import replicas_svg
+from adapter.dashboard_svg import BAND_COLOR, BAND_OPACITY, OBSERVED_COLOR, ChartInput, chart_svg, legend_html
+from adapter.dashboard_text import policy_sentence
+from adapter.settings import METRIC_CORES, METRIC_LOAD_RATIO
 from forecaster.store import Forecast
 
-OBSERVED_COLOR = "#1f77b4"
-BAND_COLOR = "#ff7f0e"
-MEAN_COLOR = "#d62728"
-BAND_OPACITY = 0.55
+__all__ = ["BAND_COLOR", "BAND_OPACITY", "OBSERVED_COLOR", "ago", "render_dashboard"]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.5rem;background:#fafafa;color:#222}
 h1{font-size:1.4rem;margin:0 0 .3rem} .sub{color:#666;margin-bottom:1rem}
-.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(420px,1fr));gap:1rem}
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(460px,1fr));gap:1rem}
 .card{background:#fff;border:1px solid #ddd;border-radius:8px;padding:.8rem}
 .card h2{font-size:1rem;margin:0 0 .3rem} .badge{display:inline-block;padding:0 .4rem;border-radius:4px;font-size:.8rem}
 .ok{background:#d4f4dd;color:#14532d} .fallback,.stale,.missing{background:#fde2e1;color:#7f1d1d}
 .kv{font-size:.85rem;color:#333;margin:.3rem 0} .why{font-size:.8rem;color:#555}
-.legend span{margin-right:.8rem;font-size:.8rem} nav{margin-top:1rem}
+.policy{font-size:.9rem;margin:.4rem 0} .big{font-size:1.05rem;font-weight:600}
+.legend{font-size:.78rem;color:#333;margin:.2rem 0 .4rem}
+.legend span{margin-right:.8rem;white-space:nowrap} .legend i{display:inline-block;width:.8rem;height:.5rem;margin-right:.25rem}
+details{font-size:.78rem;color:#555} nav{margin-top:1rem}
+"""
+
+# the adapter's clock at render time (data-now) and the viewer's at load: every "ago" counts on the former
+_SCRIPT = """
+(function(){var now0=+document.body.dataset.now,t0=Date.now()/1000;
+function adapterNow(){return now0+(Date.now()/1000-t0);}
+function ago(s){s=Math.max(0,s);if(s<45)return 'just now';if(s<5400)return Math.round(s/60)+' min ago';
+if(s<172800)return Math.round(s/3600)+' h ago';return Math.round(s/86400)+' days ago';}
+var two=function(n){return (n<10?'0':'')+n;};
+function clock(t){var d=new Date(t*1000);return two(d.getHours())+':'+two(d.getMinutes());}
+var tz=(function(){try{return Intl.DateTimeFormat().resolvedOptions().timeZone||'local';}catch(e){return 'local';}})();
+document.querySelectorAll('.clock').forEach(function(el){el.textContent=clock(+el.dataset.t);});
+document.querySelectorAll('.tz').forEach(function(el){el.textContent=tz;});
+document.querySelectorAll('.stamp').forEach(function(el){var d=new Date(+el.dataset.t*1000);
+el.textContent=d.toLocaleString();el.title=d.toISOString();});
+function tick(){document.querySelectorAll('.ago').forEach(function(el){el.textContent=ago(adapterNow()-(+el.dataset.t));});}
+tick();setInterval(tick,15000);})();
 """
 
 
-def _svg(fc: Forecast | None, width: int = 400, height: int = 150) -> str:
-    if fc is None or (not fc.observed and not fc.mean):
-        return f'<svg class="chart" width="{width}" height="{height}"><text x="10" y="20">no data</text></svg>'
-    obs = [(t, v) for t, v in fc.observed]
-    ts = fc.timestamps()
-    qkeys = sorted(fc.quantiles, key=lambda k: float(k[1:]) if k[1:].replace(".", "", 1).isdigit() else 0)
-    lo = fc.quantiles[qkeys[0]] if qkeys else fc.mean
-    hi = fc.quantiles[qkeys[-1]] if qkeys else fc.mean
-    if len(qkeys) == 1:
-        lo = tuple(min(a, b) for a, b in zip(fc.mean, hi))
-    xs = [t for t, _ in obs] + list(ts)
-    ys = [v for _, v in obs] + list(lo) + list(hi) + list(fc.mean)
-    x0, x1 = min(xs), max(xs)
-    y1 = max(ys) * 1.1 or 1.0
-    pad = 30
+def ago(seconds: float) -> str:
+    """The server's wording of an age (the page's script says the same, kept current)."""
+    s = max(0.0, seconds)
 
-    def X(t):
-        return pad + (t - x0) / ((x1 - x0) or 1) * (width - pad - 5)
+    def r(x):  # half up, as the script's Math.round
+        return int(x + 0.5)
 
-    def Y(v):
-        return height - 18 - v / y1 * (height - 28)
+    if s < 45:
+        return "just now"
+    if s < 5400:
+        return f"{r(s / 60)} min ago"
+    if s < 172800:
+        return f"{r(s / 3600)} h ago"
+    return f"{r(s / 86400)} days ago"
 
-    parts = [f'<svg class="chart" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-             'style="width:100%;height:auto" role="img">']
-    parts.append(f'<line x1="{pad}" y1="{height-18}" x2="{width-5}" y2="{height-18}" stroke="#999"/>')
-    parts.append(f'<text x="2" y="14" font-size="10">{y1:.3g}</text><text x="2" y="{height-20}" font-size="10">0</text>')
-    if ts:
-        band_start = [(fc.origin, obs[-1][1])] if obs else []
-        up = band_start + list(zip(ts, hi))
-        down = band_start + list(zip(ts, lo))
-        pts = " ".join(f"{X(t):.1f},{Y(v):.1f}" for t, v in up) + " " + " ".join(
-            f"{X(t):.1f},{Y(v):.1f}" for t, v in reversed(down)
-        )
-        parts.append(f'<polygon class="band" points="{pts}" fill="{BAND_COLOR}" fill-opacity="{BAND_OPACITY}" stroke="{BAND_COLOR}" stroke-width="2"/>')
-        mean = band_start + list(zip(ts, fc.mean))
-        parts.append(
-            '<polyline class="mean" fill="none" stroke="%s" stroke-width="1.5" stroke-dasharray="4 2" points="%s"/>'
-            % (MEAN_COLOR, " ".join(f"{X(t):.1f},{Y(v):.1f}" for t, v in mean))
-        )
-    if obs:
-        parts.append(
-            '<polyline class="observed" fill="none" stroke="%s" stroke-width="2.5" points="%s"/>'
-            % (OBSERVED_COLOR, " ".join(f"{X(t):.1f},{Y(v):.1f}" for t, v in obs))
-        )
-    parts.append(f'<line x1="{X(fc.origin):.1f}" y1="5" x2="{X(fc.origin):.1f}" y2="{height-18}" stroke="#bbb" stroke-dasharray="2 2"/>')
-    parts.append("</svg>")
-    return "".join(parts)
+
+def _when(t: float | None, now: float) -> str:
+    """"3 min ago (04:07)": the age, and the clock time in the viewer's zone."""
+    if t is None:
+        return "—"
+    return (f'<span class="ago" data-t="{t:.0f}">{ago(now - t)}</span> '
+            f'(<span class="clock" data-t="{t:.0f}">{time.strftime("%H:%M UTC", time.gmtime(t))}</span>)')
 
 
 def _status_class(row: dict) -> str:
-    if row["status"] == "missing":
-        return "missing"
-    if row["status"] == "fallback":
-        return "fallback"
+    if row["status"] in ("missing", "fallback"):
+        return row["status"]
     if row.get("stale"):
         return "stale"
     return "ok"
 
 
-def _headrooms(pol: dict, prefix: str = "") -> str:
-    """x1.2, or per state of the gap below the recent peak: x1/1.2/1.5 by peak gap (<=0.05, <=0.3, more)."""
-    ms, edges = pol.get(f"{prefix}headrooms") or [], pol.get("gap_edges") or []
-    if not edges or len(ms) != len(edges) + 1:
-        return f'x{pol.get(f"{prefix}headroom", 1):g}'
-    return "x" + "/".join(f"{m:g}" for m in ms) + " by peak gap (" + ", ".join(f"<={x:.2g}" for x in edges) + ", more)"
+def _num(v) -> str:
+    return "—" if v is None else f"{v:.4g}"
+
+
+def _served_html(row: dict) -> str:
+    e = html.escape
+    served = row["served"]
+    cores, ratio = served.get(METRIC_CORES) or {}, served.get(METRIC_LOAD_RATIO) or {}
+    out = []
+    if cores.get("value") is not None:
+        src = str(cores.get("source"))
+        head = f'<span class="big">HPA gets {cores["value"]:.3g} cores</span>'
+        if ratio.get("value") is not None:
+            head += f" · load ratio {ratio['value']:.3g} of the pods' CPU request"
+        out.append(f'<div class="kv served-now">{head} <span class="badge {"ok" if src == "forecast" else "fallback"}">'
+                   f'{e("from the forecast" if src == "forecast" else src)}</span></div>')
+    why = "".join(
+        f'<div><b>{e(m)}</b> = {_num(sv.get("value"))} ({e(str(sv.get("source")))}): {e(str(sv.get("reason", "")))}</div>'
+        for m, sv in served.items()
+    )
+    out.append(f"<details><summary>every served metric and why</summary>{why}</details>")
+    return "".join(out)
+
+
+def _card(row: dict, fc: Forecast | None, extra: Mapping[str, Any], settings: Any, now: float) -> str:
+    e = html.escape
+    cls = _status_class(row)
+    cores = row["served"].get(METRIC_CORES) or {}
+    pol = row.get("serving_policy")
+    sentence = policy_sentence(pol, settings.metric.quantile, cores.get("headroom") if cores.get("source") == "forecast" else None)
+    chart = ChartInput(fc, now, served_now=cores.get("value"), served_ahead=extra.get("served_ahead") or (),
+                       ready_now=extra.get("ready_now"), observe=row.get("observe"))
+    svg = chart_svg(chart)
+    last_obs = fc.observed[-1][0] if fc is not None and fc.observed else None
+    err = "—" if row["backtest_error"] is None else f"{row['backtest_error']:.3g}"
+    times = (f'<div class="kv times">forecast published {_when(fc.generated_at if fc else None, now)} · '
+             f'last observed {_when(last_obs, now)}</div>')
+    model = (f'<details><summary>model {e(str(row["model"]))}, backtest error {e(err)}</summary>'
+             + (f'<div>{e(str(row["fallback_reason"]))}</div>' if row["fallback_reason"] else "")
+             + (f'<div>policy chosen because: {e(str(pol.get("reason", "")))}</div>' if pol else "") + "</details>")
+    return (f'<div class="card" data-series="{e(row["series_id"])}"><h2>{e(row["series_id"])} '
+            f'<span class="badge {cls}">{e(cls)}</span></h2>'
+            + _served_html(row)
+            + f'<div class="policy">{e(sentence)}</div>'
+            + times + svg + legend_html(chart.legend) + _observe_html(row.get("observe")) + model + "</div>")
+
+
+def _observe_html(ob: Mapping[str, Any] | None) -> str:
+    if not ob:
+        return ""
+    e = html.escape
+    under = ob.get("under_capacity_minutes") or {}
+    since = ob.get("since")
+    return (f'<div class="kv observe">Observe mode: would have <b>{e(str(ob.get("would_have_replicas")))}</b> '
+            f'replicas, has {e(str(ob.get("actual_replicas")))}'
+            + (f', needs {e(str(ob["needed_replicas"]))}' if ob.get("needed_replicas") is not None else "")
+            + f' · under capacity: would-have {e(str(under.get("wouldHave", 0)))} min, '
+            f'actual {e(str(under.get("actual", 0)))} min since {_stamp(since)}</div>')
+
+
+def _stamp(rfc3339: Any) -> str:
+    """An RFC 3339 time as the viewer's local date and time (the script rewrites it)."""
+    from datetime import datetime
+
+    try:
+        t = datetime.fromisoformat(str(rfc3339).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return html.escape(str(rfc3339))
+    return f'<span class="stamp" data-t="{t:.0f}">{html.escape(str(rfc3339))}</span>'
 
 
 def render_dashboard(
@@ -106,41 +165,14 @@ def render_dashboard(
     now: float | None = None,
     error: str | None = None,
     per_page: int = 24,
+    extras: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
+    """``extras``: per series id, ``served_ahead`` [(t, cores)] and ``ready_now`` as the route
+    got them from AdapterCore."""
     e = html.escape
     now = time.time() if now is None else now
     ms = settings.metric
-    cards = []
-    for row, fc in rows:
-        cls = _status_class(row)
-        served = row["served"]
-        lines = []
-        for metric, sv in served.items():
-            val = "—" if sv.get("value") is None else f"{sv['value']:.3f}"
-            lines.append(
-                f'<div class="kv"><b>{e(metric)}</b> = {e(val)} '
-                f'<span class="badge {"ok" if sv.get("source") == "forecast" else "fallback"}">{e(str(sv.get("source")))}</span>'
-                f'<div class="why">{e(str(sv.get("reason", "")))}</div></div>'
-            )
-        pol = row.get("serving_policy")
-        if pol:
-            what = "persistence" if pol.get("source") == "persistence" else pol.get("quantile")
-            hold = f', hold {pol.get("hold", 1)}' if pol.get("hold", 1) != 1 else ""
-            lines.append(f'<div class="kv policy"><b>serving policy</b> {e(str(what))} {e(_headrooms(pol))}{e(hold)} '
-                         f'(fallback {e(_headrooms(pol, "fallback_"))})<div class="why">{e(str(pol.get("reason", "")))}</div></div>')
-        age = "—" if row["age_seconds"] is None else f"{row['age_seconds']:.0f} s"
-        err = "—" if row["backtest_error"] is None else f"{row['backtest_error']:.3g}"
-        cards.append(
-            f'<div class="card" data-series="{e(row["series_id"])}"><h2>{e(row["series_id"])} '
-            f'<span class="badge {cls}">{e(cls)}</span></h2>'
-            f'<div class="kv">model {e(str(row["model"]))} · backtest error {e(err)} · age {e(age)}'
-            + (f' · {e(str(row["fallback_reason"]))}' if row["fallback_reason"] else "")
-            + "</div>"
-            + _svg(fc)
-            + replicas_svg(row.get("observe"))
-            + "".join(lines)
-            + "</div>"
-        )
+    cards = [_card(row, fc, (extras or {}).get(row["series_id"], {}), settings, now) for row, fc in rows]
     pages = max(1, -(-total // per_page))
     nav = []
     if page > 1:
@@ -148,17 +180,15 @@ def render_dashboard(
     nav.append(f"page {page} of {pages}")
     if page < pages:
         nav.append(f'<a href="/?page={page+1}">next</a>')
-    body = (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>foresight</title><style>{_CSS}</style></head><body>"
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>foresight</title><style>{_CSS}</style></head>"
+        f'<body data-now="{now:.3f}">'
         f"<h1>{e(settings.dashboard_title)}</h1>"
-        f'<div class="sub">{total} workloads · quantile {e(ms.quantile)} · lead {ms.lead_seconds:g} s · '
-        f"stale after {ms.max_forecast_age_seconds:g} s · {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(now))} · "
+        f'<div class="sub">{total} workloads · serves the {e(ms.quantile)} forecast {ms.lead_seconds:g} s ahead unless '
+        f"a workload's policy says otherwise · a forecast older than {ms.max_forecast_age_seconds:g} s is not served · "
+        f'as of <span class="stamp" data-t="{now:.0f}">{time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now))}</span> · '
         f'<a href="/docs">API docs</a> · <a href="/api/v1/forecasts">JSON</a></div>'
-        f'<div class="legend"><span style="color:{OBSERVED_COLOR}">━ observed demand (cores)</span>'
-        f'<span style="color:{BAND_COLOR}">█ forecast band (lowest..highest quantile)</span>'
-        f'<span style="color:{MEAN_COLOR}">┅ forecast mean</span></div>'
         + (f'<p class="badge fallback">{e(error)}</p>' if error else "")
         + ("<p>No forecasts yet: the trainer has not published any.</p>" if not rows and not error else "")
-        + f'<div class="grid">{"".join(cards)}</div><nav>{" · ".join(nav)}</nav></body></html>'
+        + f'<div class="grid">{"".join(cards)}</div><nav>{" · ".join(nav)}</nav><script>{_SCRIPT}</script></body></html>'
     )
-    return body

@@ -6,7 +6,25 @@ from fastapi import FastAPI, Query
 from fastapi.responses import HTMLResponse
 
 from adapter.core import AdapterCore
-from forecaster.store import StoreError
+from adapter.settings import METRIC_CORES
+from forecaster.served import NoData
+from forecaster.store import Forecast, StoreError
+
+
+def _extras(core: AdapterCore, sid: str, fc: Forecast | None, now: float) -> dict:
+    """What the chart adds to the summary row: the value AdapterCore would serve at each of the
+    forecast's steps ahead (the production rule, the same forecast, no newer one) and the pods
+    ready now."""
+    ahead = []
+    if fc is not None:
+        for t in fc.timestamps():
+            if t <= now:
+                continue
+            try:
+                ahead.append((t, core.served(METRIC_CORES, sid, fc, t).value))
+            except NoData:
+                break
+    return {"served_ahead": [(t, v) for t, v in ahead if v is not None], "ready_now": core.capacity(sid, fc)[0]}
 
 
 def register(app: FastAPI, core: AdapterCore) -> None:
@@ -25,4 +43,5 @@ def register(app: FastAPI, core: AdapterCore) -> None:
         per = 24
         chosen = sids[(page - 1) * per : page * per]
         rows = core.summaries(chosen, now)
-        return HTMLResponse(render_dashboard(rows, settings, page, len(sids), now=now))
+        extras = {row["series_id"]: _extras(core, row["series_id"], fc, now) for row, fc in rows}
+        return HTMLResponse(render_dashboard(rows, settings, page, len(sids), now=now, extras=extras))
