@@ -10,8 +10,11 @@
 
 With an ``auth`` (``warmpool.auth.Authenticator``) every path but /healthz and /metrics needs
 ``Authorization: Bearer <token>``: 401 without a valid one, 403 for an identity not allowed,
-503 when a TokenReview cannot be done right now. Without one the API is open (``foresight up``
-on loopback, or ``warmpool run --insecure-no-auth``).
+503 when a TokenReview cannot be done right now; renew and release then answer 403 to anyone
+but the user who made the claim. With an ``authorizer`` (``warmpool.authz.PoolAuthorizer``) a
+SubjectAccessReview decides per pool namespace who may claim there (403 otherwise) and which
+pools a caller may read. Without ``auth`` the API is open (``foresight up`` on loopback, or
+``warmpool run --insecure-no-auth``).
 
 Handlers only read the controller's state or run a claim; they never query the forecast store.
 """
@@ -20,19 +23,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fastapi import Request  # module level: the handlers' ``request: Request`` is resolved here
+
 if TYPE_CHECKING:
     from warmpool.controller import Controller
 
 
-def create_app(controller: "Controller", auth=None):
-    from fastapi import Body, FastAPI, HTTPException, Request
+def create_app(controller: "Controller", auth=None, authorizer=None):
+    """``auth``: a ``warmpool.auth.Authenticator`` (None: open). ``authorizer``: a
+    ``warmpool.authz.PoolAuthorizer`` (needs ``auth``): SubjectAccessReviews per pool."""
+    from fastapi import FastAPI
     from fastapi.responses import JSONResponse
     from starlette.concurrency import run_in_threadpool
 
-    from warmpool.controller import ClaimFailed, ColdLimited, NotClaimed, NoWarmContainer, UnknownPool
-
     from warmpool.auth import OPEN_PATHS, Forbidden, ReviewUnavailable, Unauthenticated
 
+    if authorizer is not None and auth is None:
+        raise ValueError("per-pool authorization needs authenticated callers (auth)")
     app = FastAPI(title="foresight warm pools", version="v1alpha1")
 
     if auth is not None:
@@ -41,7 +48,7 @@ def create_app(controller: "Controller", auth=None):
             if request.url.path in OPEN_PATHS:
                 return await call_next(request)
             try:
-                who = await run_in_threadpool(auth.authenticate, request.headers.get("authorization"))
+                who = await run_in_threadpool(auth.identify, request.headers.get("authorization"))
             except Unauthenticated as exc:
                 return JSONResponse({"detail": str(exc)}, status_code=401, headers={"WWW-Authenticate": 'Bearer realm="foresight-warmpool"'})
             except Forbidden as exc:
@@ -51,8 +58,93 @@ def create_app(controller: "Controller", auth=None):
             request.state.user = who
             return await call_next(request)
 
+    guard = Guard(controller, authorizer, owned=auth is not None)
+    _add_claim_routes(app, controller, guard)
+    _add_read_routes(app, controller, guard)
+    _add_probes(app, controller)
+    return app
+
+
+class Guard:
+    """Per-request checks: may this caller act on this pool (a SubjectAccessReview, when an
+    authorizer is given), and is this claim theirs (whenever callers are authenticated)."""
+
+    def __init__(self, controller: "Controller", authorizer=None, owned: bool = False):
+        from warmpool.authz import Holders
+
+        self.controller = controller
+        self.authorizer = authorizer
+        self.holders = Holders(self._lease_seconds, controller.clock) if owned else None
+
+    def _lease_seconds(self, pool: str) -> float:
+        spec = self.controller.policy.pool(pool)
+        return spec.lease_seconds if spec is not None else 0.0
+
+    @staticmethod
+    def user(request):
+        return getattr(request.state, "user", None)
+
+    async def allowed(self, request, verb: str, pool: str) -> bool:
+        """False when the caller may not; 404 for an unknown pool (with an authorizer, without
+        listing the pools: their names are not everyone's to read); 503 when the API server
+        cannot answer the review."""
+        from fastapi import HTTPException
+
+        from forecaster.kubeapi import KubeUnavailable
+
+        if self.authorizer is None:
+            return True
+        spec = self.controller.policy.pool(pool)
+        if spec is None:
+            raise HTTPException(404, f"unknown pool {pool!r}")
+        try:
+            return (await self.authorizer.allowed(self.user(request), verb, pool, spec.namespace)).allowed
+        except KubeUnavailable as exc:
+            raise HTTPException(503, f"cannot check access to pool {pool!r} right now: {exc}", headers={"Retry-After": "5"}) from None
+
+    async def require(self, request, verb: str, pool: str) -> None:
+        from fastapi import HTTPException
+
+        if not await self.allowed(request, verb, pool):
+            spec = self.controller.policy.pool(pool)
+            raise HTTPException(403, self.authorizer.denial(self.user(request), verb, pool, spec.namespace if spec else ""))
+
+    def claimed(self, request, pool: str, container_id: str) -> None:
+        if self.holders is not None:
+            self.holders.record(pool, container_id, self.user(request).name)
+
+    def require_own(self, request, pool: str, container_id: str) -> None:
+        from fastapi import HTTPException
+
+        from warmpool.authz import NotYours
+
+        if self.holders is None:
+            return
+        try:
+            self.holders.check(pool, container_id, self.user(request).name)
+        except NotYours as exc:
+            raise HTTPException(403, str(exc)) from None
+
+
+def _container_id(body) -> str:
+    from fastapi import HTTPException
+
+    cid = body.get("container_id") if isinstance(body, dict) else None
+    if not isinstance(cid, str) or not cid:
+        raise HTTPException(422, 'body must be {"container_id": "<id from the claim>"}')
+    return cid
+
+
+def _add_claim_routes(app, controller: "Controller", guard: Guard) -> None:
+    from fastapi import Body, HTTPException
+    from starlette.concurrency import run_in_threadpool
+
+    from warmpool.authz import CLAIM_VERB
+    from warmpool.controller import ClaimFailed, ColdLimited, NotClaimed, NoWarmContainer, UnknownPool
+
     @app.post("/api/v1/pools/{pool}/claim")
-    async def claim(pool: str, allow_cold: bool = True):
+    async def claim(pool: str, request: Request, allow_cold: bool = True):
+        await guard.require(request, CLAIM_VERB, pool)
         try:
             res = await run_in_threadpool(controller.claim, pool, allow_cold)
         except UnknownPool as exc:
@@ -63,41 +155,57 @@ def create_app(controller: "Controller", auth=None):
             raise HTTPException(429, str(exc), headers={"Retry-After": str(exc.retry_after_seconds)}) from None
         except ClaimFailed as exc:
             raise HTTPException(503, str(exc)) from None
+        guard.claimed(request, pool, res.container_id)
         return res.as_dict()
 
     @app.post("/api/v1/pools/{pool}/release")
-    async def release(pool: str, body: dict = Body(...)):
-        cid = body.get("container_id") if isinstance(body, dict) else None
-        if not isinstance(cid, str) or not cid:
-            raise HTTPException(422, 'body must be {"container_id": "<id from the claim>"}')
+    async def release(pool: str, request: Request, body: dict = Body(...)):
+        cid = _container_id(body)
+        await guard.require(request, CLAIM_VERB, pool)
+        guard.require_own(request, pool, cid)
         try:
             c = await run_in_threadpool(controller.release, pool, cid)
         except UnknownPool as exc:
             raise HTTPException(404, str(exc)) from None
         except NotClaimed as exc:
             raise HTTPException(409, str(exc)) from None
+        if guard.holders is not None:
+            guard.holders.forget(pool, cid)
         return {"pool": pool, "container_id": c.id, "state": c.state, "deadline": c.deadline}
 
     @app.post("/api/v1/pools/{pool}/renew")
-    async def renew(pool: str, body: dict = Body(...)):
-        cid = body.get("container_id") if isinstance(body, dict) else None
-        if not isinstance(cid, str) or not cid:
-            raise HTTPException(422, 'body must be {"container_id": "<id from the claim>"}')
+    async def renew(pool: str, request: Request, body: dict = Body(...)):
+        cid = _container_id(body)
+        await guard.require(request, CLAIM_VERB, pool)
+        guard.require_own(request, pool, cid)
         try:
-            return await run_in_threadpool(controller.renew, pool, cid)
+            out = await run_in_threadpool(controller.renew, pool, cid)
         except UnknownPool as exc:
             raise HTTPException(404, str(exc)) from None
         except NotClaimed as exc:
             raise HTTPException(409, str(exc)) from None
         except ClaimFailed as exc:  # the backend could not persist the lease: the old one stands
             raise HTTPException(503, str(exc), headers={"Retry-After": "1"}) from None
+        if guard.holders is not None:
+            guard.holders.touched(pool, cid)
+        return out
+
+
+def _add_read_routes(app, controller: "Controller", guard: Guard) -> None:
+    from fastapi import HTTPException
+
+    from warmpool.authz import READ_VERB
 
     @app.get("/api/v1/pools")
-    def pools():
-        return controller.describe()
+    async def pools(request: Request):
+        out = controller.describe()
+        if guard.authorizer is not None:  # only the pools the caller may read
+            out["pools"] = [p for p in out["pools"] if await guard.allowed(request, READ_VERB, p["pool"])]
+        return out
 
     @app.get("/api/v1/pools/{pool}")
-    def pool(pool: str):
+    async def pool(pool: str, request: Request):
+        await guard.require(request, READ_VERB, pool)
         for p in controller.describe()["pools"]:
             if p["pool"] == pool:
                 return p
@@ -106,9 +214,6 @@ def create_app(controller: "Controller", auth=None):
     @app.get("/api/v1/coldstart")
     def coldstart():
         return {"runtime_classes": controller.coldstart_view()}
-
-    _add_probes(app, controller)
-    return app
 
 
 def _add_probes(app, controller: "Controller") -> None:

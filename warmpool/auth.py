@@ -27,6 +27,7 @@ from typing import Callable, Iterable
 from forecaster.errors import UserError
 
 OPEN_PATHS = frozenset({"/healthz", "/metrics"})
+TOKEN_FILE_USER = "token-file"  # the one identity of every token-file caller (what a SubjectAccessReview is asked about)
 
 
 class Unauthenticated(Exception):
@@ -97,8 +98,15 @@ class Authenticator:
         return " or ".join(parts)
 
     def authenticate(self, authorization: str | None) -> str:
-        """The caller's identity for an ``Authorization`` header value; raises Unauthenticated,
+        """The caller's user name for an ``Authorization`` header value; raises Unauthenticated,
         Forbidden or ReviewUnavailable."""
+        return self.identify(authorization).name
+
+    def identify(self, authorization: str | None):
+        """The caller (``forecaster.accessreview.User``: name and groups, what a SubjectAccessReview asks
+        about). Every token-file caller is the one user ``token-file``."""
+        from forecaster.accessreview import User
+
         if not authorization:
             raise Unauthenticated(f"authentication required: send 'Authorization: Bearer <token>' ({self.describe()})")
         scheme, _, token = authorization.partition(" ")
@@ -106,7 +114,7 @@ class Authenticator:
         if scheme.lower() != "bearer" or not token:
             raise Unauthenticated("the Authorization header must be 'Bearer <token>'")
         if self.token_file is not None and self.token_file.check(token):
-            return "token-file"
+            return User(TOKEN_FILE_USER)
         if self.token_review is None:
             raise Unauthenticated("invalid bearer token")
         user = self._reviewed(token)
@@ -115,7 +123,7 @@ class Authenticator:
         name = str(user.get("username") or "")
         if self.allow and not ({name, *user.get("groups", ())} & set(self.allow)):
             raise Forbidden(f"user {name!r} is authenticated but not allowed to use the warm-pool API (allowed: {', '.join(self.allow)})")
-        return name
+        return User(name, tuple(user.get("groups") or ()))
 
     def _reviewed(self, token: str) -> dict | None:
         key = hashlib.sha256(token.encode()).hexdigest()

@@ -1,6 +1,7 @@
 """``foresight warmpool`` sub-commands (light module: heavy imports inside the run functions).
 
-  foresight warmpool run --policy F --store URL (--token-file F | --token-review | --insecure-no-auth)
+  foresight warmpool run --policy F --store URL (--token-file F | --token-review | --client-ca CA | --insecure-no-auth)
+                         [--tls-cert C --tls-key K | --plain-http] [--skip-pool-authorization]
                          [--port P] [--state-dir D] [--interval S]
   foresight warmpool validate F
   foresight warmpool simulate --trace DIR [--demand single|concurrency] [--policy NAME ...] [--policy-file P.yaml ...] --out F.csv
@@ -52,6 +53,11 @@ def register(subparsers) -> None:
                         "needs --tls-cert/--tls-key). /healthz and /metrics then answer on --probe-port")
     r.add_argument("--probe-port", type=int, default=None, help="plain-HTTP port for /healthz and /metrics only (with --client-ca)")
     r.add_argument("--insecure-no-auth", action="store_true", help="serve claim/release without authentication (development only)")
+    r.add_argument("--skip-pool-authorization", action="store_true",
+                   help="with --token-review: any authenticated caller (or --allow) may claim from every pool; by default a "
+                        "SubjectAccessReview must allow verb 'claim' on resource 'warmpools' (foresight.dev) in the pool's namespace")
+    r.add_argument("--plain-http", action="store_true",
+                   help="serve plain HTTP on a non-loopback --host (bearer tokens then cross the network in clear; development only)")
     r.set_defaults(func=_run)
 
     v = sub.add_parser("validate", help="check a policy file and print every problem with its path")
@@ -119,21 +125,23 @@ def _run(args) -> int:
     if args.client_ca and not args.tls_cert:
         raise UserError("--client-ca (mTLS) needs --tls-cert and --tls-key")
     tls = TLSFiles(args.tls_cert, args.tls_key, args.client_ca) if args.tls_cert else None
+    _check_transport(args)
     auth = _authenticator(args)
+    authorizer = _authorizer(args)
     policy = load_policy(args.policy)
     store = open_store(args.store)
     state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
     coldstart = ColdStartModel(policy.runtime_classes)
     backends = build_backends(policy, state_dir, kubeconfig=args.kubeconfig, coldstart=coldstart, store=store, owner=_owner(args))
     ctl = Controller(policy, store, backends, settings=ControllerSettings(reconcile_interval_seconds=args.interval), coldstart=coldstart)
-    server = HttpServer(create_app(ctl, auth), args.host, args.port, tls=tls).start()
+    server = HttpServer(create_app(ctl, auth, authorizer), args.host, args.port, tls=tls).start()
     try:
         probes = HttpServer(create_probe_app(ctl), args.host, args.probe_port).start() if args.probe_port is not None else None
     except BaseException:
         server.stop()
         raise
     print(f"warm pools {', '.join(p.name for p in policy.pools)} on {', '.join(sorted(backends))}; API on http{'s' if tls else ''}://{args.host}:{server.port} "
-          f"({_auth_text(auth, tls)})" + (f"; probes on http://{args.host}:{probes.port}" if probes else ""), flush=True)
+          f"({_auth_text(auth, tls, authorizer)})" + (f"; probes on http://{args.host}:{probes.port}" if probes else ""), flush=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -146,9 +154,35 @@ def _run(args) -> int:
     return 0
 
 
-def _auth_text(auth, tls) -> str:
+def _auth_text(auth, tls, authorizer=None) -> str:
     parts = (["client certificates (mTLS)"] if tls is not None and tls.client_ca else []) + ([auth.describe()] if auth else [])
-    return "authenticated by " + " and ".join(parts) if parts else "UNAUTHENTICATED"
+    text = "authenticated by " + " and ".join(parts) if parts else "UNAUTHENTICATED"
+    return text + ("; claims authorized per pool namespace by SubjectAccessReview" if authorizer is not None else "")
+
+
+def _check_transport(args) -> None:
+    from warmpool.wiring import is_loopback
+
+    if args.tls_cert or args.plain_http or is_loopback(args.host):
+        return
+    raise UserError(f"--host {args.host}: a non-loopback address without TLS would send the callers' bearer tokens and "
+                    "claims in clear; give --tls-cert CERT --tls-key KEY, listen on loopback (--host 127.0.0.1), "
+                    "or pass --plain-http (development only)")
+
+
+def _authorizer(args):
+    """SubjectAccessReviews per pool whenever callers are Kubernetes identities (--token-review)."""
+    if not args.token_review or args.skip_pool_authorization:
+        if args.skip_pool_authorization and not args.token_review:
+            raise UserError("--skip-pool-authorization applies to --token-review identities; add --token-review")
+        return None
+    from warmpool.authz import build_pool_authorizer
+
+    kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG")
+    if not kubeconfig and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        raise UserError("--token-review authorizes claims with SubjectAccessReviews: give --kubeconfig (or $KUBECONFIG), "
+                        "run in a cluster, or pass --skip-pool-authorization")
+    return build_pool_authorizer(kubeconfig)
 
 
 def _authenticator(args):

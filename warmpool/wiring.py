@@ -57,6 +57,18 @@ def build_backends(policy: Policy, state_dir: str | Path, clock: Callable[[], fl
     return out
 
 
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost; every other address (0.0.0.0, ::, a name) may be reachable."""
+    import ipaddress
+
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 class TLSFiles:
     """Serving certificate and key; with ``client_ca``, clients must present a certificate it signed."""
 
