@@ -88,7 +88,8 @@ def chart_svg(c: ChartInput) -> str:
     y1 = _nice_top(max(ys) * 1.05 if ys else 1.0)
     reps = bool(ob_line) or isinstance(c.ready_now, (int, float))
     rep_top = TOP_H + GAP
-    height = (rep_top + REP_H if reps else TOP_H) + AXIS_H
+    rep_h = REP_H if ob_line else REP_H // 2  # the pods ready now alone: one point, a thin strip
+    height = (rep_top + rep_h if reps else TOP_H) + AXIS_H
 
     def X(t):
         return LEFT + (t - x0) / ((x1 - x0) or 1) * (W - LEFT - RIGHT)
@@ -129,7 +130,7 @@ def chart_svg(c: ChartInput) -> str:
                          f'fill="{SERVED_COLOR}"/>')
         legend.append(("served", SERVED_COLOR, "served to the HPA (now ●, ahead if no newer forecast ┈)"))
     if reps:
-        parts.append(_replicas_panel(c, ob_line, X, rep_top, legend))
+        parts.append(_replicas_panel(c, ob_line, X, rep_top, rep_h, legend))
     # one time axis for both panels, with a "now" line through them
     bottom = height - AXIS_H
     parts.append(f'<line x1="{LEFT}" y1="{bottom}" x2="{W-RIGHT}" y2="{bottom}" stroke="#999"/>')
@@ -148,14 +149,14 @@ def chart_svg(c: ChartInput) -> str:
     return "".join(parts)
 
 
-def _replicas_panel(c: ChartInput, line: list, X, top: float, legend: list) -> str:
+def _replicas_panel(c: ChartInput, line: list, X, top: float, h: float, legend: list) -> str:
     vals = [v for p in line for v in (p.get("would_have"), p.get("actual")) if v is not None]
     ready = c.ready_now if isinstance(c.ready_now, (int, float)) else None
     vals += [ready] if ready is not None else []
     y1 = _nice_top(max(vals) * 1.1 if vals and max(vals) > 0 else 1.0)
 
     def Y(v):
-        return top + REP_H - v / y1 * (REP_H - 10)
+        return top + h - v / y1 * (h - 10)
 
     parts = [f'<text class="axis-label" x="{LEFT}" y="{top+4}" font-size="10" fill="#444">replicas</text>']
     for v in (0.0, y1):

@@ -44,9 +44,14 @@ def _by_gap(ms: Sequence[float], edges: Sequence[float]) -> str:
         return f"when demand sits {_pct(lo)}–{_pct(hi)} below its recent peak"
 
     # the state that adds headroom is the news; "as is" states go last as "otherwise"
-    said = [f"{_plus(m)} {where(lo, hi)}" for m, lo, hi in segs if abs(m - 1.0) >= 1e-9]
+    said = [(m, lo, hi) for m, lo, hi in segs if abs(m - 1.0) >= 1e-9]
     plain = [s for s in segs if abs(s[0] - 1.0) < 1e-9]
-    return ", ".join(said) + (", otherwise as is" if plain else "")
+    if len(said) > 1:  # more than one step reads as a range, not a table
+        near = (f" (as is within {_pct(segs[0][2])} of it)" if abs(segs[0][0] - 1.0) < 1e-9 and segs[0][2] is not None
+                else "")
+        lo_m, hi_m = min(m for m, _, _ in said), max(m for m, _, _ in said)
+        return f"{_plus(lo_m)} to {_plus(hi_m)[5:]} depending on how far demand sits below its recent peak{near}"
+    return ", ".join(f"{_plus(m)} {where(lo, hi)}" for m, lo, hi in said) + (", otherwise as is" if plain else "")
 
 
 def _hold(k: Any) -> str:
@@ -68,7 +73,10 @@ def policy_sentence(pol: Mapping[str, Any] | None, default_quantile: str, headro
     else:
         what = f"the {pol.get('quantile') or default_quantile} forecast{_hold(pol.get('hold'))}"
         why = ""
-    fb = _by_gap(list(pol.get("fallback_headrooms") or []), edges) or _plus(float(pol.get("fallback_headroom", 1.0)))
+    fms = [float(m) for m in pol.get("fallback_headrooms") or []]
+    # the fallback is the second thing a reader needs: its largest headroom, not its table
+    fb = (_plus(max(fms)) if fms and len(set(fms)) == 1 else f"with up to {_plus(max(fms))[5:]} headroom" if fms
+          else _plus(float(pol.get("fallback_headroom", 1.0))))
     s = f"Serves {what} {how}{why}."
     if pol.get("source") != "persistence":
         s += f" Without a fresh forecast: the last observed value{_hold(pol.get('fallback_hold'))} {fb}."

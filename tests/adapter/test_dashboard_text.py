@@ -39,8 +39,13 @@ def test_a_middle_state_names_its_range_and_no_policy_says_so():
     pol = ServingPolicy(quantile="p50", gap_edges=(0.1, 0.4), headrooms=(1.0, 1.2, 1.5),
                         fallback_headrooms=(1.0, 1.0, 1.0)).to_dict()
     s = policy_sentence(pol, "p90")
-    assert s.startswith("Serves the p50 forecast plus 20% when demand sits 10%–40% below its recent peak, plus 50% when "
-                        "demand sits more than 40% below its recent peak, otherwise as is.")
+    assert s.startswith("Serves the p50 forecast plus 20% to 50% depending on how far demand sits below its recent peak "
+                        "(as is within 10% of it).")
+    one_step = ServingPolicy(quantile="p50", gap_edges=(0.1, 0.4), headrooms=(1.0, 1.2, 1.0),
+                             fallback_headrooms=(1.0, 1.1, 1.3)).to_dict()
+    assert policy_sentence(one_step, "p90") == (
+        "Serves the p50 forecast plus 20% when demand sits 10%–40% below its recent peak, otherwise as is. "
+        "Without a fresh forecast: the last observed value with up to 30% headroom.")
     assert "no serving policy" in policy_sentence(None, "p90")
 
 
