@@ -64,7 +64,8 @@ def register(subparsers) -> None:
                    help="serve the kube-scheduler extender on this port only (0: not served); kube-scheduler "
                    "sends no credentials, so its paths never share the port that serves workload data")
     p.add_argument("--scheduler-client-ca", help="with --scheduler-port: require a client certificate signed "
-                   "by this CA (the scheduler's extender tlsConfig certFile/keyFile)")
+                   "by this CA (the scheduler's extender tlsConfig certFile/keyFile); needed on a non-loopback "
+                   "--host unless --insecure")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
     p.add_argument("--lead-seconds", type=float, default=TIMING.lead_seconds,
                    help=f"lead window: pod start-up + one HPA sync ({TIMING.lead_seconds:g})")
@@ -132,6 +133,16 @@ def unauthenticated_bind(args: argparse.Namespace) -> str | None:
             "(--host 127.0.0.1), or pass --insecure to serve unauthenticated anyway")
 
 
+def anonymous_scheduler_port(args: argparse.Namespace) -> str | None:
+    """Why a scheduler extender port anyone can call is refused (None: it is not). kube-scheduler
+    sends no token, so on that port a client certificate is the only credential there is."""
+    if not args.scheduler_port or args.scheduler_client_ca or args.insecure or is_loopback(args.host):
+        return None
+    return (f"--scheduler-port {args.scheduler_port} on --host {args.host}: without --scheduler-client-ca anyone who reaches "
+            "the port could call the extender; give --scheduler-client-ca CA (the CA of the certificate in the "
+            "scheduler's extender tlsConfig certFile/keyFile), listen on loopback only, or pass --insecure")
+
+
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """Validated, JSON-able options (sent to worker processes through the environment)."""
     problems = []
@@ -141,6 +152,11 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         problems.append(f"--scheduler-port {args.scheduler_port}: must be 1-65535 and differ from --port (0: off)")
     if args.scheduler_client_ca and not args.scheduler_port:
         problems.append("--scheduler-client-ca needs --scheduler-port")
+    if args.scheduler_client_ca and args.plain_http:
+        problems.append("--scheduler-client-ca needs HTTPS (a client certificate is a TLS handshake): drop --plain-http")
+    refused = anonymous_scheduler_port(args)
+    if refused:
+        problems.append(refused)
     if not args.review_cache_seconds >= 0:
         problems.append(f"--review-cache-seconds {args.review_cache_seconds}: must be >= 0")
     if not args.observed_direct_ttl > 0:
