@@ -116,6 +116,7 @@ def _card(row: dict, fc: Forecast | None, extra: Mapping[str, Any], settings: An
     pol = row.get("serving_policy")
     sentence = policy_sentence(pol, settings.metric.quantile, cores.get("headroom") if cores.get("source") == "forecast" else None)
     chart = ChartInput(fc, now, served_now=cores.get("value"), served_ahead=extra.get("served_ahead") or (),
+                       served_stale_at=extra.get("served_stale_at"),
                        ready_now=extra.get("ready_now"), observe=row.get("observe"))
     svg = chart_svg(chart)
     last_obs = fc.observed[-1][0] if fc is not None and fc.observed else None

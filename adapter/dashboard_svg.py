@@ -38,6 +38,7 @@ class ChartInput:
     now: float
     served_now: float | None = None  # predicted_cpu_cores as AdapterCore serves it now
     served_ahead: Sequence[tuple[float, float]] = ()  # the same rule at the forecast's steps
+    served_stale_at: float | None = None  # where the served value ahead falls back (the forecast is too old)
     ready_now: Any = None
     observe: Mapping[str, Any] | None = None
     legend: list[tuple[str, str, str]] = field(default_factory=list)  # filled by render: (class, colour, text)
@@ -125,6 +126,11 @@ def chart_svg(c: ChartInput) -> str:
             steps = [line[0]] + [q for a, b in zip(line, line[1:]) for q in ((b[0], a[1]), b)]
             parts.append(f'<polyline class="served" fill="none" stroke="{SERVED_COLOR}" stroke-width="2" '
                          f'stroke-dasharray="1 2" points="{_pts(steps, X, Y)}"/>')
+        if c.served_stale_at is not None:
+            xs_ = X(c.served_stale_at)
+            parts.append(f'<line class="stale-at" x1="{xs_:.1f}" y1="14" x2="{xs_:.1f}" y2="{TOP_H}" stroke="{SERVED_COLOR}" '
+                         f'stroke-width="0.8" stroke-dasharray="3 3"/><text x="{xs_ + (3 if xs_ < W - 160 else -3):.1f}" y="22" '
+                         f'font-size="9" text-anchor="{"start" if xs_ < W - 160 else "end"}" fill="{SERVED_COLOR}">forecast too old: served observed</text>')
         if c.served_now is not None:
             parts.append(f'<circle class="served-now" cx="{X(c.now):.1f}" cy="{Y(c.served_now):.1f}" r="4" '
                          f'fill="{SERVED_COLOR}"/>')

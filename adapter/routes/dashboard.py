@@ -14,17 +14,21 @@ from forecaster.store import Forecast, StoreError
 def _extras(core: AdapterCore, sid: str, fc: Forecast | None, now: float) -> dict:
     """What the chart adds to the summary row: the value AdapterCore would serve at each of the
     forecast's steps ahead (the production rule, the same forecast, no newer one) and the pods
-    ready now."""
-    ahead = []
+    ready now; where that value stops coming from the forecast (it would be stale)."""
+    ahead, stale_at = [], None
     if fc is not None:
         for t in fc.timestamps():
             if t <= now:
                 continue
             try:
-                ahead.append((t, core.served(METRIC_CORES, sid, fc, t).value))
+                sv = core.served(METRIC_CORES, sid, fc, t)
             except NoData:
                 break
-    return {"served_ahead": [(t, v) for t, v in ahead if v is not None], "ready_now": core.capacity(sid, fc)[0]}
+            if sv.value is not None:
+                if sv.source != "forecast" and stale_at is None and ahead and ahead[-1][2] == "forecast":
+                    stale_at = t
+                ahead.append((t, sv.value, sv.source))
+    return {"served_ahead": [(t, v) for t, v, _ in ahead], "served_stale_at": stale_at, "ready_now": core.capacity(sid, fc)[0]}
 
 
 def register(app: FastAPI, core: AdapterCore) -> None:

@@ -68,3 +68,5 @@ def test_the_card_shows_what_adaptercore_serves_now_and_ahead():
     assert re.search(r'class="served-now" cx="[\d.]+" cy="[\d.]+"', page)
     assert 'class="served"' in page and 'class="clock"' in page and ">now<" in page
     assert '<span class="ago" data-t="1799999970">just now</span>' in page
+    # 8 steps of 60 s published 30 s ago: from 300 s of age on, AdapterCore serves observed demand
+    assert page.count('class="stale-at"') == 1 and "forecast too old: served observed" in page
