@@ -14,7 +14,7 @@ import html
 import time
 from typing import Any, Mapping, Sequence
 
-from adapter.dashboard_svg import BAND_COLOR, BAND_OPACITY, OBSERVED_COLOR, ChartInput, chart_svg, legend_html
+from adapter.dashboard_svg import BAND_COLOR, BAND_OPACITY, OBSERVED_COLOR, ChartInput, chart_svg, legend_html, unit_of
 from adapter.dashboard_text import policy_sentence
 from adapter.settings import METRIC_CORES, METRIC_LOAD_RATIO
 from forecaster.store import Forecast
@@ -89,14 +89,16 @@ def _num(v) -> str:
     return "—" if v is None else f"{v:.4g}"
 
 
-def _served_html(row: dict) -> str:
+def _served_html(row: dict, fc: Forecast | None) -> str:
     e = html.escape
     served = row["served"]
     cores, ratio = served.get(METRIC_CORES) or {}, served.get(METRIC_LOAD_RATIO) or {}
     out = []
+    unit = unit_of(fc)
     if cores.get("value") is not None:
         src = str(cores.get("source"))
-        head = f'<span class="big">HPA gets {cores["value"]:.3g} cores</span>'
+        head = (f'<span class="big">HPA gets {cores["value"]:.3g} cores</span>' if unit == "CPU cores"
+                else f'<span class="big">serves {cores["value"]:.3g} ({e(unit)})</span>')
         if ratio.get("value") is not None:
             head += f" · load ratio {ratio['value']:.3g} of the pods' CPU request"
         out.append(f'<div class="kv served-now">{head} <span class="badge {"ok" if src == "forecast" else "fallback"}">'
@@ -128,7 +130,7 @@ def _card(row: dict, fc: Forecast | None, extra: Mapping[str, Any], settings: An
              + (f'<div>policy chosen because: {e(str(pol.get("reason", "")))}</div>' if pol else "") + "</details>")
     return (f'<div class="card" data-series="{e(row["series_id"])}"><h2>{e(row["series_id"])} '
             f'<span class="badge {cls}">{e(cls)}</span></h2>'
-            + _served_html(row)
+            + _served_html(row, fc)
             + f'<div class="policy">{e(sentence)}</div>'
             + times + svg + legend_html(chart.legend) + _observe_html(row.get("observe")) + model + "</div>")
 

@@ -44,6 +44,16 @@ class ChartInput:
     legend: list[tuple[str, str, str]] = field(default_factory=list)  # filled by render: (class, colour, text)
 
 
+# series the node forecaster publishes (forecaster/nodes) are shares of a node's capacity, not cores
+_NODE_UNITS = {"Node": "share of the node's CPU", "Zone": "share of the zone's CPU",
+               "NodeMemory": "share of allocatable memory"}
+
+
+def unit_of(fc: Forecast | None) -> str:
+    kind = (fc.meta or {}).get("kind") if fc is not None else None
+    return _NODE_UNITS.get(str(kind), "CPU cores")
+
+
 def utc_clock(t: float) -> str:
     return time.strftime("%H:%M", time.gmtime(t))
 
@@ -104,7 +114,7 @@ def chart_svg(c: ChartInput) -> str:
     for v in (0.0, y1 / 2, y1):
         parts.append(f'<line x1="{LEFT}" y1="{Y(v):.1f}" x2="{W-RIGHT}" y2="{Y(v):.1f}" stroke="#eee"/>'
                      f'<text x="{LEFT-4}" y="{Y(v)+3:.1f}" font-size="10" text-anchor="end" fill="#444">{v:.3g}</text>')
-    parts.append(f'<text class="axis-label" x="{LEFT}" y="10" font-size="10" fill="#444">CPU cores</text>')
+    parts.append(f'<text class="axis-label" x="{LEFT}" y="10" font-size="10" fill="#444">{html.escape(unit_of(fc))}</text>')
     legend = c.legend
     if ts:
         start = [(fc.origin, obs[-1][1])] if obs else []

@@ -47,8 +47,9 @@ def _by_gap(ms: Sequence[float], edges: Sequence[float]) -> str:
     said = [(m, lo, hi) for m, lo, hi in segs if abs(m - 1.0) >= 1e-9]
     plain = [s for s in segs if abs(s[0] - 1.0) < 1e-9]
     if len(said) > 1:  # more than one step reads as a range, not a table
-        near = (f" (as is within {_pct(segs[0][2])} of it)" if abs(segs[0][0] - 1.0) < 1e-9 and segs[0][2] is not None
-                else "")
+        first = segs[0][2]
+        near = ("" if abs(segs[0][0] - 1.0) >= 1e-9 or first is None
+                else " (as is at the peak)" if first <= 0 else f" (as is within {_pct(first)} of it)")
         lo_m, hi_m = min(m for m, _, _ in said), max(m for m, _, _ in said)
         return f"{_plus(lo_m)} to {_plus(hi_m)[5:]} depending on how far demand sits below its recent peak{near}"
     return ", ".join(f"{_plus(m)} {where(lo, hi)}" for m, lo, hi in said) + (", otherwise as is" if plain else "")

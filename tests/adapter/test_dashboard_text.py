@@ -70,3 +70,16 @@ def test_the_card_shows_what_adaptercore_serves_now_and_ahead():
     assert '<span class="ago" data-t="1799999970">just now</span>' in page
     # 8 steps of 60 s published 30 s ago: from 300 s of age on, AdapterCore serves observed demand
     assert page.count('class="stale-at"') == 1 and "forecast too old: served observed" in page
+
+
+def test_a_node_series_is_labelled_as_a_share_of_capacity_not_cores():
+    from forecaster.store import make_forecast
+
+    store = MemoryForecastStore(clock=lambda: NOW)
+    store.publish(make_forecast("node-memory/n1", origin=NOW, step_seconds=60, mean=[0.5] * 5,
+                                quantiles={"p90": [0.6] * 5}, model="ar", generated_at=NOW, observed=((NOW, 0.5),),
+                                meta={"kind": "NodeMemory", "node": "n1", "memory_bytes": 2.0**34}))
+    with TestClient(create_app(None, store, clock=lambda: NOW)) as c:
+        page = c.get("/").text
+    assert "serves 0.6 (share of allocatable memory)" in page and ">share of allocatable memory</text>" in page
+    assert "HPA gets" not in page and ">CPU cores<" not in page

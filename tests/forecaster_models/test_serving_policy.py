@@ -296,7 +296,8 @@ def test_rest_and_the_dashboard_show_the_policy_and_why():
         assert d["serving_policy"]["headroom"] == 1.27 and "575 intervals" in d["serving_policy"]["reason"]
         assert d["served"]["predicted_cpu_cores"]["headroom"] == 1.27
         page = c.get("/").text
-        assert "serving policy" in page and "p50 x1.27" in page
+        assert "Serves the p50 forecast plus 27%. Without a fresh forecast: the last observed value plus 40%." in page
+        assert "575 intervals" in page
 
 
 def test_the_peak_gap_is_how_far_demand_now_sits_below_the_last_hours_peak():
@@ -401,7 +402,8 @@ def test_rest_and_the_dashboard_show_a_policys_headroom_states():
         d = c.get("/api/v1/forecasts/shop/checkout").json()
         assert d["serving_policy"]["headrooms"] == [1.0, 1.2, 1.5] and d["serving_policy"]["gap_edges"] == [0.0, 0.3]
         page = c.get("/").text
-        assert "x1/1.2/1.5 by peak gap (&lt;=0, &lt;=0.3, more)" in page and "fallback x1/1.1/1.4" in page
+        assert ("Serves the p90 forecast plus 20% to 50% depending on how far demand sits below its recent peak "
+                "(as is at the peak). Without a fresh forecast: the last observed value with up to 40% headroom.") in page
 
 
 def test_a_fresh_forecast_from_samples_that_stopped_is_not_served_without_its_floor():
