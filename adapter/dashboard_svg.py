@@ -110,7 +110,7 @@ def chart_svg(c: ChartInput) -> str:
 
     parts = [f'<svg class="chart" width="{W}" height="{height}" viewBox="0 0 {W} {height}" '
              'style="width:100%;height:auto" role="img" font-family="system-ui,sans-serif">']
-    # the value axis of the demand panel: 0, half, top, in cores
+    # the value axis of the demand panel: 0, half, top, in the series' unit
     for v in (0.0, y1 / 2, y1):
         parts.append(f'<line x1="{LEFT}" y1="{Y(v):.1f}" x2="{W-RIGHT}" y2="{Y(v):.1f}" stroke="#eee"/>'
                      f'<text x="{LEFT-4}" y="{Y(v)+3:.1f}" font-size="10" text-anchor="end" fill="#444">{v:.3g}</text>')
@@ -130,26 +130,39 @@ def chart_svg(c: ChartInput) -> str:
         parts.append(f'<polyline class="observed" fill="none" stroke="{OBSERVED_COLOR}" stroke-width="2.5" '
                      f'points="{_pts(obs, X, Y)}"/>')
         legend.append(("observed", OBSERVED_COLOR, "observed demand"))
-    if c.served_now is not None or c.served_ahead:
-        line = ([(c.now, c.served_now)] if c.served_now is not None else []) + [p for p in c.served_ahead if p[0] > c.now]
-        if len(line) > 1:  # a step line: the HPA holds each value until the next sync
-            steps = [line[0]] + [q for a, b in zip(line, line[1:]) for q in ((b[0], a[1]), b)]
-            parts.append(f'<polyline class="served" fill="none" stroke="{SERVED_COLOR}" stroke-width="2" '
-                         f'stroke-dasharray="1 2" points="{_pts(steps, X, Y)}"/>')
-        if c.served_stale_at is not None:
-            xs_ = X(c.served_stale_at)
-            parts.append(f'<line class="stale-at" x1="{xs_:.1f}" y1="14" x2="{xs_:.1f}" y2="{TOP_H}" stroke="{SERVED_COLOR}" '
-                         f'stroke-width="0.8" stroke-dasharray="3 3"/><text x="{xs_ + (3 if xs_ < W - 160 else -3):.1f}" y="22" '
-                         f'font-size="9" text-anchor="{"start" if xs_ < W - 160 else "end"}" fill="{SERVED_COLOR}">forecast too old: served observed</text>')
-        if c.served_now is not None:
-            parts.append(f'<circle class="served-now" cx="{X(c.now):.1f}" cy="{Y(c.served_now):.1f}" r="4" '
-                         f'fill="{SERVED_COLOR}"/>')
-        legend.append(("served", SERVED_COLOR, "served to the HPA (now ●, ahead if no newer forecast ┈)"))
+    parts.append(_served_line(c, X, Y, legend))
     if reps:
         parts.append(_replicas_panel(c, ob_line, X, rep_top, rep_h, legend))
-    # one time axis for both panels, with a "now" line through them
-    bottom = height - AXIS_H
-    parts.append(f'<line x1="{LEFT}" y1="{bottom}" x2="{W-RIGHT}" y2="{bottom}" stroke="#999"/>')
+    parts.append(_time_axis(c, X, x0, x1, height - AXIS_H))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _served_line(c: ChartInput, X, Y, legend: list) -> str:
+    """The value served to the HPA: a dot now, a step line ahead, a mark where it stops being the forecast."""
+    if c.served_now is None and not c.served_ahead:
+        return ""
+    parts: list[str] = []
+    line = ([(c.now, c.served_now)] if c.served_now is not None else []) + [p for p in c.served_ahead if p[0] > c.now]
+    if len(line) > 1:  # a step line: the HPA holds each value until the next sync
+        steps = [line[0]] + [q for a, b in zip(line, line[1:]) for q in ((b[0], a[1]), b)]
+        parts.append(f'<polyline class="served" fill="none" stroke="{SERVED_COLOR}" stroke-width="2" '
+                     f'stroke-dasharray="1 2" points="{_pts(steps, X, Y)}"/>')
+    if c.served_stale_at is not None:
+        xs_ = X(c.served_stale_at)
+        parts.append(f'<line class="stale-at" x1="{xs_:.1f}" y1="14" x2="{xs_:.1f}" y2="{TOP_H}" stroke="{SERVED_COLOR}" '
+                     f'stroke-width="0.8" stroke-dasharray="3 3"/><text x="{xs_ + (3 if xs_ < W - 160 else -3):.1f}" y="22" '
+                     f'font-size="9" text-anchor="{"start" if xs_ < W - 160 else "end"}" fill="{SERVED_COLOR}">forecast too old: served observed</text>')
+    if c.served_now is not None:
+        parts.append(f'<circle class="served-now" cx="{X(c.now):.1f}" cy="{Y(c.served_now):.1f}" r="4" '
+                     f'fill="{SERVED_COLOR}"/>')
+    legend.append(("served", SERVED_COLOR, "served to the HPA (now ●, ahead if no newer forecast ┈)"))
+    return "".join(parts)
+
+
+def _time_axis(c: ChartInput, X, x0: float, x1: float, bottom: float) -> str:
+    """One time axis for both panels (clock ticks, the viewer's zone), with a "now" line through them."""
+    parts = [f'<line x1="{LEFT}" y1="{bottom}" x2="{W-RIGHT}" y2="{bottom}" stroke="#999"/>']
     step = next((s for s in TICK_STEPS if (x1 - x0) / s <= 5), TICK_STEPS[-1])
     t = (x0 // step + 1) * step
     while t < x1:
@@ -161,7 +174,6 @@ def chart_svg(c: ChartInput) -> str:
                  'text-anchor="middle" fill="#222">now</text>')
     parts.append(f'<text class="axis-label" x="{W-RIGHT}" y="{bottom+27}" font-size="10" text-anchor="end" '
                  'fill="#444"><tspan class="tz">UTC</tspan> time →</text>')
-    parts.append("</svg>")
     return "".join(parts)
 
 
