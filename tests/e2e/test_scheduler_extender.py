@@ -68,9 +68,11 @@ def _pod(name: str) -> dict:
 class RecordingProxy:
     """HTTPS in front of the extender port that records the paths kube-scheduler POSTs, then
     forwards each request unchanged. It presents a certificate from the same CA for the same
-    name, so the scheduler's TLS settings are the manifest's; only the port differs."""
+    name, so the scheduler's TLS settings are the manifest's; only the port differs. Like the
+    adapter's --scheduler-client-ca, it completes the handshake only with a client certificate
+    signed by ``client_ca`` (the one the manifest's certFile/keyFile present)."""
 
-    def __init__(self, upstream: str, ca: Path, cert: Path, key: Path):
+    def __init__(self, upstream: str, ca: Path, cert: Path, key: Path, client_ca: Path):
         self.upstream, self.ca = upstream, ca
         self.paths: list[str] = []
         proxy = self
@@ -94,6 +96,8 @@ class RecordingProxy:
 
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(str(cert), str(key))
+        ctx.load_verify_locations(cafile=str(client_ca))
+        ctx.verify_mode = ssl.CERT_REQUIRED
         self.port = free_port()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
@@ -113,8 +117,18 @@ def foresight_scheduler(control_plane, foresight_adapter, serving_pki, tmp_path_
     (ext,) = conf["extenders"]
     # The adapter Service's "scheduler" port (8444), where `foresight serve --scheduler-port` answers.
     assert ext["urlPrefix"] == "https://foresight-adapter.foresight.svc:8444/scheduler"
+    # cert-manager's part: the scheduler's client certificate (Secret foresight-scheduler-client-tls)
+    from adapter.tls import write_ca, write_signed
+
+    client_ca, _, cca, cca_key = write_ca(d / "client-pki", "scheduler-client-ca")
+    client_crt, client_key = write_signed(d / "client-pki", "scheduler-client", cca, cca_key, cn="foresight-scheduler", client=True)
+    for key, path in (("certFile", client_crt), ("keyFile", client_key)):
+        assert ext["tlsConfig"][key].startswith("/etc/foresight-scheduler-client/")  # the manifest's mount
+        ext["tlsConfig"][key] = str(path)
     proxy = RecordingProxy(f"https://localhost:{foresight_adapter.scheduler_port}", serving_pki.ca,
-                           serving_pki.adapter_cert, serving_pki.adapter_key)
+                           serving_pki.adapter_cert, serving_pki.adapter_key, client_ca)
+    with pytest.raises((httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError)):  # no client certificate
+        httpx.post(f"https://localhost:{proxy.port}/scheduler/filter", json={}, verify=tls_context(serving_pki.ca), timeout=10)
     ext["urlPrefix"] = f"https://localhost:{proxy.port}/scheduler"
     ca = cp.kubectl("-n", "foresight", "get", "configmap", "foresight-adapter-ca", "-o", "jsonpath={.data.ca\\.crt}").stdout
     (d / "ca.crt").write_text(ca)
