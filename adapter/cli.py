@@ -63,9 +63,8 @@ def register(subparsers) -> None:
     p.add_argument("--scheduler-port", type=int, default=0,
                    help="serve the kube-scheduler extender on this port only (0: not served); kube-scheduler "
                    "sends no credentials, so its paths never share the port that serves workload data")
-    p.add_argument("--scheduler-client-ca", help="with --scheduler-port: require a client certificate signed "
-                   "by this CA (the scheduler's extender tlsConfig certFile/keyFile); needed on a non-loopback "
-                   "--host unless --insecure")
+    p.add_argument("--scheduler-client-ca", help="with --scheduler-port: require a client certificate signed by this "
+                   "CA (the scheduler's tlsConfig certFile/keyFile); needed beyond loopback unless --insecure")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
     p.add_argument("--lead-seconds", type=float, default=TIMING.lead_seconds,
                    help=f"lead window: pod start-up + one HPA sync ({TIMING.lead_seconds:g})")
