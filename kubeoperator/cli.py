@@ -26,7 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "its workloads (the observed-demand queries it serves while Redis is down) at start ('' = none)")
     p.add_argument("--warmpool-base-config-map", default="foresight-warmpool-base")
     p.add_argument("--warmpool-config-map", default="foresight-warmpool-policy", help="written ('' = WarmPools off)")
-    p.add_argument("--warmpool-url", help="the warm-pool controller's API, e.g. http://foresight-warmpool:8091")
+    p.add_argument("--warmpool-url", help="the warm-pool controller's API, e.g. https://foresight-warmpool:8091")
+    p.add_argument("--warmpool-ca", default=None, help="the CA that signed the warm-pool API's certificate (PEM; default: "
+                   "the system's trust store)")
     p.add_argument("--resync-seconds", type=float, default=15.0, help="a full pass at least this often")
     p.add_argument("--max-forecast-age", type=float, default=300.0, help="older forecasts count as stale (as the adapter)")
     p.add_argument("--lead-seconds", type=float, default=75.0, help="as the adapter's --lead-seconds")
@@ -49,7 +51,7 @@ def run(args) -> int:
         trainer_deployment=args.trainer_deployment or None, adapter_deployment=args.adapter_deployment or None,
         warmpool_base_configmap=args.warmpool_base_config_map or None,
         warmpool_configmap=args.warmpool_config_map or None, warmpool_url=args.warmpool_url,
-        resync_seconds=args.resync_seconds,
+        warmpool_ca=args.warmpool_ca, resync_seconds=args.resync_seconds,
         metrics=MetricSettings(lead_seconds=args.lead_seconds, max_forecast_age_seconds=args.max_forecast_age),
     )
     op = Operator(KubeApi(args.kubeconfig), open_store(args.store), settings)

@@ -54,6 +54,7 @@ class OperatorSettings:
     warmpool_configmap: str | None = "foresight-warmpool-policy"
     warmpool_key: str = "policy.yaml"
     warmpool_url: str | None = None
+    warmpool_ca: str | None = None  # the CA of the warm-pool API's certificate (None: the system's)
     resync_seconds: float = 15.0
     metrics: MetricSettings = field(default_factory=MetricSettings)
 
@@ -70,7 +71,7 @@ class Operator:
     def __init__(self, api: KubeApi, store: ForecastStore, settings: OperatorSettings = OperatorSettings(),
                  clock: Callable[[], float] = time.time, http_get: Callable[[str], str] | None = None):
         self.api, self.store, self.settings, self.clock = api, store, settings, clock
-        self.http_get = http_get or _http_get
+        self.http_get = http_get or (lambda url: _http_get(url, settings.warmpool_ca))
         self._wake = threading.Event()
         self._trainer_digest: str | None = None
         self._shadows: dict = {}  # Observe mode: (namespace, name) -> kubeoperator.observe.Shadow
@@ -219,7 +220,7 @@ class Operator:
 SA_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
-def _http_get(url: str) -> str:
+def _http_get(url: str, ca: str | None = None) -> str:
     import os
 
     import httpx
@@ -229,7 +230,7 @@ def _http_get(url: str) -> str:
         with open(SA_TOKEN) as f:
             headers["Authorization"] = f"Bearer {f.read().strip()}"
     try:
-        r = httpx.get(url, timeout=5.0, headers=headers)
+        r = httpx.get(url, timeout=5.0, headers=headers, verify=ca if ca else True)
         r.raise_for_status()
     except httpx.HTTPError as exc:
         raise OSError(str(exc)) from exc

@@ -88,3 +88,30 @@ def test_the_trainer_config_in_the_chart_is_one_the_trainer_accepts(helm):
 def test_the_charts_crds_are_the_ones_in_manifests():
     for f in (CHART / "crds").glob("*.yaml"):
         assert filecmp.cmp(f, ROOT / "manifests" / "crds" / f.name, shallow=False), f.name
+
+
+def _container_args(docs: list[dict], deployment: str) -> list[str]:
+    dep = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == deployment)
+    return [str(a) for a in dep["spec"]["template"]["spec"]["containers"][0]["args"]]
+
+
+@pytest.mark.parametrize("args", [[], ALL_ON], ids=["defaults", "warmpool+scheduler"])
+def test_the_rendered_commands_pass_the_clis_own_refusals(helm, args):
+    # foresight serve and warmpool run refuse an unauthenticated or clear-text listener at start:
+    # the chart's arguments must get past the same checks, or its pods crash-loop
+    from adapter.cli import anonymous_scheduler_port, unauthenticated_bind
+    from foresight.cli import build_parser
+    from warmpool.cli import _check_transport
+
+    docs = render(helm, *args)
+    serve = build_parser().parse_args(_container_args(docs, "foresight-adapter"))
+    assert unauthenticated_bind(serve) is None and anonymous_scheduler_port(serve) is None
+    assert bool(serve.scheduler_port) == bool(args) and bool(serve.scheduler_client_ca) == bool(args)
+    if args:
+        _check_transport(build_parser().parse_args(_container_args(docs, "foresight-warmpool")))
+        config = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "foresight-scheduler-config")
+        tls = yaml.safe_load(config["data"]["config.yaml"])["extenders"][0]["tlsConfig"]
+        secret = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "foresight-scheduler-client-tls")
+        assert tls["certFile"].endswith("tls.crt") and {"tls.crt", "tls.key", "ca.crt"} <= set(secret["data"])
+        role = next(d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "foresight-warmpool")
+        assert any("subjectaccessreviews" in r["resources"] for r in role["rules"])

@@ -19,3 +19,29 @@ The caBundle of the APIService, base64, as the aggregator reads it. */}}
 {{- dict "ca" ($ca.Cert | b64enc) "crt" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc) | toJson -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The scheduler's client certificate for the adapter's extender port (scheduler.enabled):
+made with its own CA on first install and kept across upgrades, like the serving pair. */}}
+{{- define "foresight.schedulerClientTLS" -}}
+{{- $old := lookup "v1" "Secret" .Release.Namespace "foresight-scheduler-client-tls" -}}
+{{- if and $old $old.data (index $old.data "ca.crt") -}}
+{{- dict "ca" (index $old.data "ca.crt") "crt" (index $old.data "tls.crt") "key" (index $old.data "tls.key") | toJson -}}
+{{- else -}}
+{{- $ca := genCA "foresight-scheduler-client-ca" 3650 -}}
+{{- $cert := genSignedCert "foresight-scheduler" nil nil 3650 $ca -}}
+{{- dict "ca" ($ca.Cert | b64enc) "crt" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc) | toJson -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The warm-pool API's serving certificate (warmpool.enabled), kept across upgrades. */}}
+{{- define "foresight.warmpoolTLS" -}}
+{{- $old := lookup "v1" "Secret" .Release.Namespace "foresight-warmpool-tls" -}}
+{{- if and $old $old.data (index $old.data "ca.crt") -}}
+{{- dict "ca" (index $old.data "ca.crt") "crt" (index $old.data "tls.crt") "key" (index $old.data "tls.key") | toJson -}}
+{{- else -}}
+{{- $svc := printf "foresight-warmpool.%s.svc" .Release.Namespace -}}
+{{- $ca := genCA "foresight-warmpool-ca" 3650 -}}
+{{- $cert := genSignedCert $svc nil (list $svc (printf "foresight-warmpool.%s" .Release.Namespace) "foresight-warmpool") 3650 $ca -}}
+{{- dict "ca" ($ca.Cert | b64enc) "crt" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc) | toJson -}}
+{{- end -}}
+{{- end -}}
