@@ -115,3 +115,19 @@ def test_the_rendered_commands_pass_the_clis_own_refusals(helm, args):
         assert tls["certFile"].endswith("tls.crt") and {"tls.crt", "tls.key", "ca.crt"} <= set(secret["data"])
         role = next(d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "foresight-warmpool")
         assert any("subjectaccessreviews" in r["resources"] for r in role["rules"])
+
+
+def test_the_trainers_checkpoints_can_live_on_a_claim_that_outlives_the_pod_and_the_release(helm):
+    def trainer_volume(docs):
+        dep = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "foresight-trainer")
+        return next(v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "checkpoints")
+
+    assert "emptyDir" in trainer_volume(render(helm))
+    docs = render(helm, "--set", "trainer.checkpoints.persistence=true", "--set", "trainer.checkpoints.size=5Gi",
+                  "--set", "trainer.checkpoints.storageClassName=fast")
+    assert trainer_volume(docs) == {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "foresight-trainer-checkpoints"}}
+    pvc = next(d for d in docs if d["kind"] == "PersistentVolumeClaim")
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "5Gi" and pvc["spec"]["storageClassName"] == "fast"
+    assert pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    r = run_helm(helm, "lint", str(CHART), "--kube-version", KUBE_VERSION, "--set", "trainer.checkpoints.size=lots", check=False)
+    assert r.returncode != 0 and "size" in r.stdout + r.stderr
