@@ -131,3 +131,21 @@ def test_the_trainers_checkpoints_can_live_on_a_claim_that_outlives_the_pod_and_
     assert pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     r = run_helm(helm, "lint", str(CHART), "--kube-version", KUBE_VERSION, "--set", "trainer.checkpoints.size=lots", check=False)
     assert r.returncode != 0 and "size" in r.stdout + r.stderr
+
+
+def test_network_policies_are_rendered_only_when_asked_and_never_without_the_api_servers_addresses(helm):
+    assert not [d for d in render(helm) if d["kind"] == "NetworkPolicy"]
+    r = run_helm(helm, "template", "foresight", str(CHART), "--kube-version", KUBE_VERSION,
+                 "--set", "networkPolicy.enabled=true", check=False)
+    assert r.returncode != 0 and "networkPolicy.apiServerCIDRs" in r.stderr
+    docs = render(helm, "--set", "networkPolicy.enabled=true", "--set", "networkPolicy.apiServerCIDRs={10.0.0.0/24}")
+    pols = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "NetworkPolicy"}
+    assert set(pols) == {"foresight-adapter", "foresight-redis"}
+    sources = pols["foresight-adapter"]["ingress"][0]["from"]
+    assert {"ipBlock": {"cidr": "10.0.0.0/24"}} in sources and len(pols["foresight-adapter"]["ingress"]) == 1  # no scheduler
+    # every component that opens the store may reach Redis, nothing else
+    comps = pols["foresight-redis"]["ingress"][0]["from"][0]["podSelector"]["matchExpressions"][0]["values"]
+    stores = {d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] for d in docs
+              if d["kind"] == "Deployment" and any("--store=" in str(a) for c in d["spec"]["template"]["spec"]["containers"]
+                                                    for a in c.get("args") or [])}
+    assert stores <= set(comps), (stores, comps)
