@@ -155,6 +155,7 @@ class Node:
     runtime_handlers: list[str] = field(default_factory=list)
     kubelet_port: int = 0
     started_seconds: float = 0.0
+    lock_wait_seconds: float = LOCK_WAIT_SECONDS  # how long start() waits for another node to stop
     _lock: object = None
     _relay: object = None
 
@@ -189,17 +190,17 @@ class Node:
         # Wait a bounded time for another node (a second test session on a shared machine) to end
         # rather than fail at once; it frees the lock when it stops, even on failure.
         f = open(LOCK, "w")
-        deadline = time.monotonic() + LOCK_WAIT_SECONDS
+        deadline = time.monotonic() + self.lock_wait_seconds
         announced = False
         while True:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if time.monotonic() > deadline:
+                if time.monotonic() >= deadline:
                     f.close()
-                    raise NodeError(f"another foresight node ran on this machine for {LOCK_WAIT_SECONDS} s "
-                                    f"(lock {LOCK}); one node per machine: stop it (make cluster: Ctrl-C) first") from None
+                    raise NodeError(f"another foresight node runs on this machine (waited {self.lock_wait_seconds:.0f} s "
+                                    f"for lock {LOCK}); one node per machine: stop it (make cluster: Ctrl-C) first") from None
                 if not announced:
                     print(f"[node] waiting for another foresight node to stop (lock {LOCK})", file=sys.stderr, flush=True)
                     announced = True

@@ -147,7 +147,7 @@ def test_a_second_node_on_the_same_machine_is_refused_while_one_runs(node, tmp_p
     from tests.cluster.node import Node, NodeError
 
     with pytest.raises(NodeError, match="another foresight node runs on this machine"):
-        Node(node.cp, tmp_path / "second", node.images).start()
+        Node(node.cp, tmp_path / "second", node.images, lock_wait_seconds=0).start()
     node.check_alive()
     assert node.ready()
 
