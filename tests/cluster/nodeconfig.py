@@ -100,8 +100,10 @@ def kubelet_config(node: "Node", creds: dict[str, Path]) -> str:
         "clusterDomain": "cluster.local", "clusterDNS": [nodenet.CLUSTER_DNS], "resolvConf": str(d / "resolv.conf"),
         "podLogsDir": str(d / "pod-logs"),
         # The images are imported, never pulled: no garbage collection of them, no disk evictions.
+        # Absolute floors: the node shares the machine's disk, where 1% of a large volume can be
+        # more than a tenant's whole free space (pods were evicted at 1 GB free of 252 GB).
         "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
-        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%",
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "256Mi", "imagefs.available": "256Mi",
                          "nodefs.inodesFree": "1%"},
         "serializeImagePulls": False, "maxPods": 250,
         "nodeStatusUpdateFrequency": "4s", "syncFrequency": "10s",
