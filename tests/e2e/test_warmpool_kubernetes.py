@@ -135,7 +135,9 @@ def test_idle_pods_expire_and_a_restarted_controller_adopts_the_rest(control_pla
     ctl2, store2, _ = controller(warmpool_kubeconfig, clock, "web4", demand=3.0)
     assert ctl2.step().creates == ()
     assert sorted(c["id"] for c in ctl2.describe()["pools"][0]["containers"]) == names
-    store2.publish(make_forecast(f"{NS}/web4", origin=clock(), step_seconds=60, mean=[1.0] * 3, model="t", generated_at=clock()))
+    # the pool serves its quantile (p90): a forecast without it would serve nothing, and every pod would expire
+    store2.publish(make_forecast(f"{NS}/web4", origin=clock(), step_seconds=60, mean=[1.0] * 3,
+                                 quantiles={"p90": [1.0] * 3}, model="t", generated_at=clock()))
     clock.advance(121)
     ctl2.step()
     wait_for("expired pods deleted", lambda: len(pods(control_plane, "web4")) == 1, timeout=60)
