@@ -157,9 +157,11 @@ class PrometheusDemandReader:
         workload's own default query sums them. The queries read whole namespaces, so every
         batchable workload of those namespaces is answered, not only the ones asked for: one
         batch refreshes the fleet, and the HPAs asking later in the interval find it cached."""
+        from forecaster.workloads import DEMAND_RATE_WINDOW
+
         ws = [w for ns in sorted({self.workloads[s].namespace for s in ids}) for w in self._by_ns[ns]]
         cores = self._per_workload(ws, 'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{{{ns},'
-                                       'container!=""}}[5m]))')
+                                       'container!=""}}[' + DEMAND_RATE_WINDOW + ']))')
         need_pods = [w for w in ws if w.capacity.ready_pods is None and not w.capacity.ready_pods_query]
         pods = self._per_workload(need_pods, 'sum by (namespace, pod) (kube_pod_status_ready{{{ns},condition="true"}})') \
             if need_pods else {}

@@ -41,9 +41,14 @@ def owner_name(kind: str, pod: str) -> str | None:
 
 
 # The demand: cAdvisor only (the kubelet's /metrics/cadvisor), no kube-state-metrics.
+# rate() over a window reads the window's mean, half a window behind the CPU in use: at 5m that
+# is 150 s, twice the served lead, so the "forecast" of a rise would arrive after the reactive
+# HPA's metrics-server value. 2m keeps four scrapes at a 30-s scrape interval (Prometheus'
+# rule of thumb for rate) and lags 60 s.
+DEMAND_RATE_WINDOW = "2m"
 DEFAULT_DEMAND_QUERY = (
     'sum(rate(container_cpu_usage_seconds_total{{namespace="{namespace}",'
-    'pod=~"{pods}",container!=""}}[5m]))'
+    'pod=~"{pods}",container!=""}}[' + DEMAND_RATE_WINDOW + ']))'
 )
 # Ready pods and CPU requests need kube-state-metrics: cAdvisor knows running containers, not
 # the Ready condition, and its cpu shares are the request only on cgroup v1 (on cgroup v2 the

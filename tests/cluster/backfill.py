@@ -2,7 +2,7 @@
 
 A workload's past CPU use is written as the counter the kubelet's resource endpoint exports
 (``container_cpu_usage_seconds_total{namespace, pod, container}``, job ``kubelet-resource``), so
-the trainer's default demand query (``sum(rate(...{pod=~"<name>-.*",container!=""}[5m]))``)
+the trainer's default demand query (``sum(rate(...{pod=~"<name>-...",container!=""}[2m]))``)
 reads history and live pods as one series. ``promtool tsdb create-blocks-from openmetrics``
 turns it into TSDB blocks; they are copied into the Prometheus pod's data volume (its emptyDir on
 the node's disk) and owned by the pod's user, and Prometheus loads them at its next block reload
