@@ -176,10 +176,14 @@ class Observer:
         return self
 
     def _run(self) -> None:
-        last_fc = 0.0
+        last_fc = last_say = 0.0
         while not self.stop.wait(POLL_SECONDS):
             try:
                 self._poll()
+                if time.time() - last_say >= 60 and "t" in self.rows[-1] and "error" not in self.rows[-1]:
+                    last_say, r = time.time(), self.rows[-1]
+                    print("  live: " + "  ".join(f"{n} desired {r[f'{n}_desired']} ready {r[f'{n}_ready']}" for n in COPIES),
+                          flush=True)
                 if time.time() - last_fc >= 10:
                     last_fc = time.time()
                     fc = self.store.latest(f"{NS}/predictive")
@@ -213,6 +217,11 @@ class Observer:
     def finish(self) -> None:
         self.stop.set()
         self._t.join(30)
+
+
+def say(t0: float, what: str) -> None:
+    """One progress line (the run takes half an hour and more)."""
+    print(f"[{time.monotonic() - t0:6.0f} s] {what}", flush=True)
 
 
 def run_loads(ips: dict[str, str], offsets: list[float], start_mono: float, max_seconds: float) -> dict[str, list]:
@@ -270,8 +279,10 @@ def experiment(quick: bool, work: Path | None = None, start: str | None = None, 
     p = plan(start, minutes)
     work = work or Path(tempfile.mkdtemp(prefix="foresight-real-node-autoscale-"))
     t_setup = time.monotonic()
+    say(t_setup, f"starting the control plane and the node in {work}")
     cp, node = start_node(work)
     try:
+        say(t_setup, "node Ready; deploying Prometheus, foresight, the two copies and their autoscalers")
         prom_url, prom_pod = deploy_prometheus(node)
         fs = Foresight(cp, work / "foresight", prom_url).start()
         ips = deploy_copies(cp, node)
@@ -283,11 +294,15 @@ def experiment(quick: bool, work: Path | None = None, start: str | None = None, 
         live_unix = math.ceil(time.time() + LIVE_DELAY_S)
         cores = history_cores(p, live_unix)
         samples = counter_samples(cores, live_unix - 14 * 86400, live_unix, 30.0)
+        say(t_setup, f"backfilling 14 days of history; the live segment starts in {live_unix - time.time():.0f} s")
         bf = backfill(node, prom_url, prom_pod, [(history_labels(node, NS, "predictive"), samples)])
+        say(t_setup, "history loaded; the trainer starts")
         fs.start_trainer(config)
         store = open_store(fs.redis_url)
         rise_unix = live_unix + p.rise_offset_s
         fc, published = first_fitted_forecast(node, fs, store, live_unix, rise_unix)
+        say(t_setup, f"first fitted forecast ({fc.model}) {rise_unix - published:.0f} s before the rise; "
+                     f"{p.segment.length_s / 60:.0f} min of load follow, a line a minute")
         obs = Observer(cp, store).start()
         start_mono = time.monotonic() + (live_unix - time.time())
         records = run_loads(ips, p.offsets, start_mono, p.segment.length_s + 5)
