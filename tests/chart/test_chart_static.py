@@ -81,8 +81,44 @@ def test_the_trainer_config_in_the_chart_is_one_the_trainer_accepts(helm):
 
     cm = next(d for d in render(helm) if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "foresight-workloads")
     cfg = parse_config(yaml.safe_load(cm["data"]["workloads.yaml"]))
-    assert cfg.store.url.startswith("redis://trainer@foresight-redis.foresight:6379/0")
+    assert cfg.store.url.startswith("rediss://trainer@foresight-redis.foresight.svc:6379/0")
     assert cfg.source.url == "prometheus://prometheus-operated.monitoring:9090"
+
+
+def _redis_clients(docs: list[dict]) -> dict[str, tuple[str, dict]]:
+    """Each client Deployment's store URL (flag or trainer config) and its redis-password volume."""
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "foresight-workloads")
+    out = {"foresight-trainer": yaml.safe_load(cm["data"]["workloads.yaml"])["store"]["url"]}
+    for d in docs:
+        if d["kind"] != "Deployment":
+            continue
+        for c in d["spec"]["template"]["spec"]["containers"]:
+            for a in c.get("args", []):
+                if a.startswith("--store="):
+                    out[d["metadata"]["name"]] = a.removeprefix("--store=")
+    vols = {d["metadata"]["name"]: next((v for v in d["spec"]["template"]["spec"].get("volumes", []) if v["name"] == "redis-password"), None)
+            for d in docs if d["kind"] == "Deployment"}
+    return {name: (url, vols[name]) for name, url in out.items()}
+
+
+def test_the_bundled_redis_speaks_only_tls_and_every_client_verifies_it_with_the_charts_ca(helm):
+    docs = render(helm, *ALL_ON)
+    redis = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "foresight-redis")
+    args = redis["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--port") + 1] == "0" and args[args.index("--tls-port") + 1] == "6379"
+    secret = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "foresight-redis-tls")
+    assert set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
+    clients = _redis_clients(docs)
+    assert {"foresight-trainer", "foresight-adapter", "foresight-operator", "foresight-warmpool"} <= set(clients)
+    for name, (url, vol) in clients.items():
+        assert url.startswith("rediss://") and "ca_file=/var/run/secrets/redis/ca.crt" in url, (name, url)
+        srcs = {s["secret"]["name"]: s["secret"]["items"] for s in vol["projected"]["sources"]}
+        assert srcs["foresight-redis-tls"] == [{"key": "ca.crt", "path": "ca.crt"}], name
+    plain = render(helm, *ALL_ON, "--set", "redis.tls=false")
+    assert not any(d["kind"] == "Secret" and d["metadata"]["name"] == "foresight-redis-tls" for d in plain)
+    for name, (url, vol) in _redis_clients(plain).items():
+        assert url.startswith("redis://") and "ca_file" not in url, (name, url)
+        assert [s["secret"]["name"] for s in vol["projected"]["sources"]] == ["foresight-redis-users"], name
 
 
 def test_the_charts_crds_are_the_ones_in_manifests():

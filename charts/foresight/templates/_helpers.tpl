@@ -24,7 +24,9 @@ when trainer.image.repository is empty (enough for models without lstm and proph
 
 {{/* The store URL of one Redis ACL user (trainer, adapter or warmpool). */}}
 {{- define "foresight.storeURL" -}}
-{{- if .root.Values.redis.enabled -}}
+{{- if and .root.Values.redis.enabled .root.Values.redis.tls -}}
+rediss://{{ .user }}@foresight-redis.{{ .root.Release.Namespace }}.svc:6379/0?password_file=/var/run/secrets/redis/password&ca_file=/var/run/secrets/redis/ca.crt
+{{- else if .root.Values.redis.enabled -}}
 redis://{{ .user }}@foresight-redis.{{ .root.Release.Namespace }}:6379/0?password_file=/var/run/secrets/redis/password
 {{- else -}}
 {{ .root.Values.redis.externalURL }}
@@ -45,11 +47,20 @@ readOnlyRootFilesystem: true
 capabilities: {drop: ["ALL"]}
 {{- end -}}
 
+{{/* The user's Redis password and, with redis.tls, the CA that signed Redis' certificate. */}}
 {{- define "foresight.redisPasswordVolume" -}}
 - name: redis-password
-  secret:
-    secretName: {{ .root.Values.redis.usersSecret }}
+  projected:
     defaultMode: 0440
-    items:
-      - {key: {{ .user }}, path: password}
+    sources:
+      - secret:
+          name: {{ .root.Values.redis.usersSecret }}
+          items:
+            - {key: {{ .user }}, path: password}
+      {{- if and .root.Values.redis.enabled .root.Values.redis.tls }}
+      - secret:
+          name: foresight-redis-tls
+          items:
+            - {key: ca.crt, path: ca.crt}
+      {{- end }}
 {{- end -}}

@@ -45,3 +45,16 @@ made with its own CA on first install and kept across upgrades, like the serving
 {{- dict "ca" ($ca.Cert | b64enc) "crt" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc) | toJson -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The bundled Redis' serving certificate (redis.enabled and redis.tls), kept across upgrades. */}}
+{{- define "foresight.redisTLS" -}}
+{{- $old := lookup "v1" "Secret" .Release.Namespace "foresight-redis-tls" -}}
+{{- if and $old $old.data (index $old.data "ca.crt") -}}
+{{- dict "ca" (index $old.data "ca.crt") "crt" (index $old.data "tls.crt") "key" (index $old.data "tls.key") | toJson -}}
+{{- else -}}
+{{- $svc := printf "foresight-redis.%s.svc" .Release.Namespace -}}
+{{- $ca := genCA "foresight-redis-ca" 3650 -}}
+{{- $cert := genSignedCert $svc nil (list $svc (printf "foresight-redis.%s" .Release.Namespace) "foresight-redis") 3650 $ca -}}
+{{- dict "ca" ($ca.Cert | b64enc) "crt" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc) | toJson -}}
+{{- end -}}
+{{- end -}}
