@@ -93,7 +93,7 @@ class PrometheusDemandReader:
 
     def __init__(self, source: Any, workloads: Iterable[Any], clock: Callable[[], float] = time.time,
                  workers: int = 4, namespaces_per_query: int = 200) -> None:
-        from forecaster.workloads import DEFAULT_DEMAND_QUERY, POD_SUFFIX, default_query
+        from forecaster.workloads import DEFAULT_DEMAND_QUERY, DEMAND_RATE_WINDOW, POD_SUFFIX, default_query
 
         self.source = source
         self.workloads = {w.series_id: w for w in workloads}
@@ -107,6 +107,9 @@ class PrometheusDemandReader:
         for sid in sorted(self.batchable):
             self._by_ns[self.workloads[sid].namespace].append(self.workloads[sid])
         self.queries = 0  # PromQL queries sent (the benchmark's query rate)
+        # per pod, over the default demand query's rate window
+        self._cores_query = ('sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{{{ns},'
+                             'container!=""}}[' + DEMAND_RATE_WINDOW + ']))')
 
     def knows(self, series_id: str) -> bool:
         return series_id in self.workloads
@@ -157,11 +160,8 @@ class PrometheusDemandReader:
         workload's own default query sums them. The queries read whole namespaces, so every
         batchable workload of those namespaces is answered, not only the ones asked for: one
         batch refreshes the fleet, and the HPAs asking later in the interval find it cached."""
-        from forecaster.workloads import DEMAND_RATE_WINDOW
-
         ws = [w for ns in sorted({self.workloads[s].namespace for s in ids}) for w in self._by_ns[ns]]
-        cores = self._per_workload(ws, 'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{{{ns},'
-                                       'container!=""}}[' + DEMAND_RATE_WINDOW + ']))')
+        cores = self._per_workload(ws, self._cores_query)
         need_pods = [w for w in ws if w.capacity.ready_pods is None and not w.capacity.ready_pods_query]
         pods = self._per_workload(need_pods, 'sum by (namespace, pod) (kube_pod_status_ready{{{ns},condition="true"}})') \
             if need_pods else {}

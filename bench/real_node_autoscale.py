@@ -180,7 +180,7 @@ class Observer:
         while not self.stop.wait(POLL_SECONDS):
             try:
                 self._poll()
-                if time.time() - last_say >= 60 and "t" in self.rows[-1] and "error" not in self.rows[-1]:
+                if time.time() - last_say >= 60 and "error" not in self.rows[-1]:
                     last_say, r = time.time(), self.rows[-1]
                     print("  live: " + "  ".join(f"{n} desired {r[f'{n}_desired']} ready {r[f'{n}_ready']}" for n in COPIES),
                           flush=True)

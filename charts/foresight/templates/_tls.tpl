@@ -8,16 +8,7 @@
   existing      you create adapter.tlsSecret (tls.crt, tls.key, ca.crt) and set adapter.caBundle.
 The caBundle of the APIService, base64, as the aggregator reads it. */}}
 {{- define "foresight.adapterTLS" -}}
-{{- $name := .Values.adapter.tlsSecret -}}
-{{- $old := lookup "v1" "Secret" .Release.Namespace $name -}}
-{{- if and $old $old.data (index $old.data "ca.crt") -}}
-{{- dict "ca" (index $old.data "ca.crt") "crt" (index $old.data "tls.crt") "key" (index $old.data "tls.key") | toJson -}}
-{{- else -}}
-{{- $svc := printf "foresight-adapter.%s.svc" .Release.Namespace -}}
-{{- $ca := genCA "foresight-adapter-ca" 3650 -}}
-{{- $cert := genSignedCert $svc nil (list $svc (printf "foresight-adapter.%s" .Release.Namespace) "foresight-adapter") 3650 $ca -}}
-{{- dict "ca" ($ca.Cert | b64enc) "crt" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc) | toJson -}}
-{{- end -}}
+{{- include "foresight.servingTLS" (dict "root" . "secret" .Values.adapter.tlsSecret "service" "foresight-adapter") -}}
 {{- end -}}
 
 {{/* The scheduler's client certificate for the adapter's extender port (scheduler.enabled):
@@ -35,26 +26,26 @@ made with its own CA on first install and kept across upgrades, like the serving
 
 {{/* The warm-pool API's serving certificate (warmpool.enabled), kept across upgrades. */}}
 {{- define "foresight.warmpoolTLS" -}}
-{{- $old := lookup "v1" "Secret" .Release.Namespace "foresight-warmpool-tls" -}}
-{{- if and $old $old.data (index $old.data "ca.crt") -}}
-{{- dict "ca" (index $old.data "ca.crt") "crt" (index $old.data "tls.crt") "key" (index $old.data "tls.key") | toJson -}}
-{{- else -}}
-{{- $svc := printf "foresight-warmpool.%s.svc" .Release.Namespace -}}
-{{- $ca := genCA "foresight-warmpool-ca" 3650 -}}
-{{- $cert := genSignedCert $svc nil (list $svc (printf "foresight-warmpool.%s" .Release.Namespace) "foresight-warmpool") 3650 $ca -}}
-{{- dict "ca" ($ca.Cert | b64enc) "crt" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc) | toJson -}}
-{{- end -}}
+{{- include "foresight.servingTLS" (dict "root" . "secret" "foresight-warmpool-tls" "service" "foresight-warmpool") -}}
 {{- end -}}
 
 {{/* The bundled Redis' serving certificate (redis.enabled and redis.tls), kept across upgrades. */}}
 {{- define "foresight.redisTLS" -}}
-{{- $old := lookup "v1" "Secret" .Release.Namespace "foresight-redis-tls" -}}
+{{- include "foresight.servingTLS" (dict "root" . "secret" "foresight-redis-tls" "service" "foresight-redis") -}}
+{{- end -}}
+
+{{/* A serving pair for Service .service (CA "<service>-ca", names <service>, <service>.<ns>,
+<service>.<ns>.svc) as JSON {ca, crt, key} in base64: read back from Secret .secret when it
+exists (kept across upgrades), made fresh otherwise. */}}
+{{- define "foresight.servingTLS" -}}
+{{- $ns := .root.Release.Namespace -}}
+{{- $old := lookup "v1" "Secret" $ns .secret -}}
 {{- if and $old $old.data (index $old.data "ca.crt") -}}
 {{- dict "ca" (index $old.data "ca.crt") "crt" (index $old.data "tls.crt") "key" (index $old.data "tls.key") | toJson -}}
 {{- else -}}
-{{- $svc := printf "foresight-redis.%s.svc" .Release.Namespace -}}
-{{- $ca := genCA "foresight-redis-ca" 3650 -}}
-{{- $cert := genSignedCert $svc nil (list $svc (printf "foresight-redis.%s" .Release.Namespace) "foresight-redis") 3650 $ca -}}
+{{- $svc := printf "%s.%s.svc" .service $ns -}}
+{{- $ca := genCA (printf "%s-ca" .service) 3650 -}}
+{{- $cert := genSignedCert $svc nil (list $svc (printf "%s.%s" .service $ns) .service) 3650 $ca -}}
 {{- dict "ca" ($ca.Cert | b64enc) "crt" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc) | toJson -}}
 {{- end -}}
 {{- end -}}
