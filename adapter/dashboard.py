@@ -119,7 +119,8 @@ def _card(row: dict, fc: Forecast | None, extra: Mapping[str, Any], settings: An
     sentence = policy_sentence(pol, settings.metric.quantile, cores.get("headroom") if cores.get("source") == "forecast" else None)
     chart = ChartInput(fc, now, served_now=cores.get("value"), served_ahead=extra.get("served_ahead") or (),
                        served_stale_at=extra.get("served_stale_at"),
-                       ready_now=extra.get("ready_now"), observe=row.get("observe"))
+                       ready_now=extra.get("ready_now"), desired=extra.get("desired") or (),
+                       observe=row.get("observe"))
     svg = chart_svg(chart)
     last_obs = fc.observed[-1][0] if fc is not None and fc.observed else None
     err = "—" if row["backtest_error"] is None else f"{row['backtest_error']:.3g}"
@@ -130,9 +131,19 @@ def _card(row: dict, fc: Forecast | None, extra: Mapping[str, Any], settings: An
              + (f'<div>policy chosen because: {e(str(pol.get("reason", "")))}</div>' if pol else "") + "</details>")
     return (f'<div class="card" data-series="{e(row["series_id"])}"><h2>{e(row["series_id"])} '
             f'<span class="badge {cls}">{e(cls)}</span></h2>'
-            + _served_html(row, fc)
+            + _served_html(row, fc) + _replicas_html(extra)
             + f'<div class="policy">{e(sentence)}</div>'
             + times + svg + legend_html(chart.legend) + _observe_html(row.get("observe")) + model + "</div>")
+
+
+def _replicas_html(extra: Mapping[str, Any]) -> str:
+    desired, ready = extra.get("desired") or (), extra.get("ready_now")
+    if not desired:
+        return ""
+    peak = max(n for _, n in desired)
+    ahead = f", up to {peak} on the forecast ahead" if peak > desired[0][1] else ""
+    return (f'<div class="kv desired">replicas: the HPA heads for <b>{desired[0][1]}</b> now{ahead}; '
+            f'{ready:g} ready</div>')
 
 
 def _observe_html(ob: Mapping[str, Any] | None) -> str:

@@ -4,8 +4,8 @@ labelled time axis.
 Top panel (CPU cores): the observed demand, the forecast band (lowest..highest published
 quantile) and mean, and the value served to the HPA (now, and ahead while no newer forecast
 arrives), all as the production rule gives them (the caller passes them in). Bottom panel
-(replicas, when any are known): the pods ready now and, in Observe mode, the would-have line
-beside the actual replicas. Clock labels carry ``data-t`` (Unix seconds); the page's script
+(replicas, when any are known): the pods ready now, the replicas the HPA heads for on the
+served value (now and ahead) and, in Observe mode, the would-have line beside the actual replicas. Clock labels carry ``data-t`` (Unix seconds); the page's script
 rewrites them into the viewer's local time, and the server writes UTC as a fallback.
 """
 
@@ -25,6 +25,7 @@ SERVED_COLOR = "#059669"
 WOULD_COLOR = "#7c3aed"
 ACTUAL_COLOR = "#111827"
 READY_COLOR = "#6b7280"
+DESIRED_COLOR = "#0891b2"
 BAND_OPACITY = 0.55
 
 W, LEFT, RIGHT = 460, 44, 10
@@ -40,6 +41,7 @@ class ChartInput:
     served_ahead: Sequence[tuple[float, float]] = ()  # the same rule at the forecast's steps
     served_stale_at: float | None = None  # where the served value ahead falls back (the forecast is too old)
     ready_now: Any = None
+    desired: Sequence[tuple[float, int]] = ()  # the HPA's proposal on the served value, now first (routes/dashboard.py)
     observe: Mapping[str, Any] | None = None
     legend: list[tuple[str, str, str]] = field(default_factory=list)  # filled by render: (class, colour, text)
 
@@ -93,13 +95,14 @@ def chart_svg(c: ChartInput) -> str:
     hi = fc.quantiles[keys[-1]] if keys else fc.mean
     lo = fc.quantiles[keys[0]] if len(keys) > 1 else tuple(min(a, b) for a, b in zip(fc.mean, hi))
     xs = [t for t, _ in obs] + ts + [p["t"] for p in ob_line] + [c.now] + [t for t, _ in c.served_ahead]
+    xs += [t for t, _ in c.desired]
     x0, x1 = min(xs), max(xs)
     ys = [v for _, v in obs] + list(hi) + list(lo) + list(fc.mean) + [v for _, v in c.served_ahead]
     ys += [c.served_now] if c.served_now is not None else []
     y1 = _nice_top(max(ys) * 1.05 if ys else 1.0)
-    reps = bool(ob_line) or isinstance(c.ready_now, (int, float))
+    reps = bool(ob_line) or bool(c.desired) or isinstance(c.ready_now, (int, float))
     rep_top = TOP_H + GAP
-    rep_h = REP_H if ob_line else REP_H // 2  # the pods ready now alone: one point, a thin strip
+    rep_h = REP_H if ob_line or c.desired else REP_H // 2  # the pods ready now alone: one point, a thin strip
     height = (rep_top + rep_h if reps else TOP_H) + AXIS_H
 
     def X(t):
@@ -181,6 +184,7 @@ def _replicas_panel(c: ChartInput, line: list, X, top: float, h: float, legend: 
     vals = [v for p in line for v in (p.get("would_have"), p.get("actual")) if v is not None]
     ready = c.ready_now if isinstance(c.ready_now, (int, float)) else None
     vals += [ready] if ready is not None else []
+    vals += [n for _, n in c.desired]
     y1 = _nice_top(max(vals) * 1.1 if vals and max(vals) > 0 else 1.0)
 
     def Y(v):
@@ -201,6 +205,12 @@ def _replicas_panel(c: ChartInput, line: list, X, top: float, h: float, legend: 
         parts.append(poly("would_have", WOULD_COLOR, 'stroke-dasharray="5 3" '))
         legend.append(("actual", ACTUAL_COLOR, "actual replicas"))
         legend.append(("would-have", WOULD_COLOR, "would have (Observe mode, predictive HPA)"))
+    if c.desired:
+        d = list(c.desired)
+        steps = [d[0]] + [q for a, b in zip(d, d[1:]) for q in ((b[0], a[1]), b)]  # held until the next value
+        parts.append(f'<polyline class="desired" fill="none" stroke="{DESIRED_COLOR}" stroke-width="2" '
+                     f'points="{_pts(steps, X, Y)}"/>')
+        legend.append(("desired", DESIRED_COLOR, f"desired: the HPA heads for {d[0][1]} now (its rule on the served value)"))
     if ready is not None:
         parts.append(f'<circle class="ready-now" cx="{X(c.now):.1f}" cy="{Y(ready):.1f}" r="4" fill="{READY_COLOR}"/>')
         legend.append(("ready", READY_COLOR, f"ready pods now ({ready:g})"))

@@ -23,7 +23,8 @@ PATH = "/apis/foresight.dev/v1alpha1/predictiveautoscalers"
 
 
 def view_of(items) -> dict[str, dict]:
-    """series id -> {autoscaler, mode, observe} from a PredictiveAutoscaler list."""
+    """series id -> {autoscaler, mode, observe, hpa} from a PredictiveAutoscaler list; ``hpa``:
+    the target Value and replica bounds its HPA is written with (the dashboard's desired line)."""
     out: dict[str, dict] = {}
     for o in items or ():
         md, spec, st = o.get("metadata") or {}, o.get("spec") or {}, o.get("status") or {}
@@ -33,6 +34,8 @@ def view_of(items) -> dict[str, dict]:
         out[f"{md['namespace']}/{target}"] = {
             "autoscaler": md.get("name"), "mode": spec.get("mode") or "Act",
             "observe": st.get("observe") if (spec.get("mode") == "Observe") else None,
+            "hpa": {"target_value": (spec.get("serving") or {}).get("targetValue"),
+                    "min_replicas": spec.get("minReplicas"), "max_replicas": spec.get("maxReplicas")},
         }
     return out
 

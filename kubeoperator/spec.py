@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from forecaster.predicted import metric_series_id, served_names
+from forecaster.timing import TIMING
 
 GROUP = "foresight.dev"
 VERSION = "v1alpha1"
@@ -76,7 +77,7 @@ class AutoscalerSpec:
 
     @property
     def target_value(self) -> float:
-        return float(self.serving.get("target_value", 0.7))
+        return float(self.serving.get("target_value", TIMING.hpa_target))
 
     @property
     def owner_reference(self) -> dict:

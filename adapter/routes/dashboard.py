@@ -6,15 +6,19 @@ from fastapi import FastAPI, Query
 from fastapi.responses import HTMLResponse
 
 from adapter.core import AdapterCore
-from adapter.settings import METRIC_CORES
+from adapter.settings import METRIC_CORES, METRIC_LOAD_RATIO
 from forecaster.served import NoData
 from forecaster.store import Forecast, StoreError
+from forecaster.timing import TIMING
+from replay.hpa import HPASpec, external_value_proposal
 
 
-def _extras(core: AdapterCore, sid: str, fc: Forecast | None, now: float) -> dict:
+def _extras(core: AdapterCore, row: dict, fc: Forecast | None, now: float) -> dict:
     """What the chart adds to the summary row: the value AdapterCore would serve at each of the
     forecast's steps ahead (the production rule, the same forecast, no newer one) and the pods
-    ready now; where that value stops coming from the forecast (it would be stale)."""
+    ready now; where that value stops coming from the forecast (it would be stale); the replicas
+    the HPA is heading for."""
+    sid = row["series_id"]
     ahead, stale_at = [], None
     if fc is not None:
         for t in fc.timestamps():
@@ -28,7 +32,42 @@ def _extras(core: AdapterCore, sid: str, fc: Forecast | None, now: float) -> dic
                 if sv.source != "forecast" and stale_at is None and ahead and ahead[-1][2] == "forecast":
                     stale_at = t
                 ahead.append((t, sv.value, sv.source))
-    return {"served_ahead": [(t, v) for t, v, _ in ahead], "served_stale_at": stale_at, "ready_now": core.capacity(sid, fc)[0]}
+    ready = core.capacity(sid, fc)[0]
+    ratio_now = (row["served"].get(METRIC_LOAD_RATIO) or {}).get("value")
+    return {"served_ahead": [(t, v) for t, v, _ in ahead], "served_stale_at": stale_at, "ready_now": ready,
+            "desired": _desired(core, sid, fc, ratio_now, now, [t for t, _, _ in ahead], ready)}
+
+
+def _desired(core: AdapterCore, sid: str, fc: Forecast | None, ratio_now, now: float, ahead: list[float], ready) -> list:
+    """[(t, replicas)]: what the HPA's External-metric rule (replay.hpa, tolerance 0.1) proposes
+    from the load ratio served now (``ratio_now``, as the card shows it) and at each step ahead
+    (the same rule on the same forecast), counted from the pods ready now, at
+    the autoscaler's target Value and clamped to its min/max (the example HPA's 0.7 when no
+    PredictiveAutoscaler names the workload). Its scale-up and scale-down rate limits are not
+    applied: the line is where the HPA heads, not its path. Empty while the ready pods or the
+    CPU request are unknown."""
+    if not isinstance(ready, (int, float)) or ready <= 0:
+        return []
+    view = core.observe_view.of(sid) if core.observe_view is not None else None
+    hpa = (view or {}).get("hpa") or {}
+    target = float(hpa.get("target_value") or TIMING.hpa_target)
+    lo, hi = int(hpa.get("min_replicas") or 1), hpa.get("max_replicas")
+    out = []
+    for t in [now] + ahead:
+        if t == now:
+            value = ratio_now
+        else:
+            try:
+                value = core.served(METRIC_LOAD_RATIO, sid, fc, t).value
+            except NoData:
+                break
+        if value is None:
+            break
+        n = external_value_proposal(HPASpec(), int(ready), [value], target, int(ready))
+        if n is None:
+            break
+        out.append((t, max(lo, min(int(hi), n) if hi else n)))
+    return out
 
 
 def register(app: FastAPI, core: AdapterCore) -> None:
@@ -47,5 +86,5 @@ def register(app: FastAPI, core: AdapterCore) -> None:
         per = 24
         chosen = sids[(page - 1) * per : page * per]
         rows = core.summaries(chosen, now)
-        extras = {row["series_id"]: _extras(core, row["series_id"], fc, now) for row, fc in rows}
+        extras = {row["series_id"]: _extras(core, row, fc, now) for row, fc in rows}
         return HTMLResponse(render_dashboard(rows, settings, page, len(sids), now=now, extras=extras))

@@ -338,3 +338,38 @@ def test_label_selectors_over_a_redis_store_and_expired_series_drop_out(redis_ur
             time.sleep(0.2)
         assert names() == ["a"]
         assert [i["workload"] for i in c.get("/api/v1/forecasts").json()["items"]] == ["a"]
+
+
+def _heads_for(html: str) -> int:
+    import re
+
+    m = re.search(r"the HPA heads for <b>(\d+)</b> now", html)
+    assert m, html[:3000]
+    return int(m.group(1))
+
+
+def test_the_dashboard_shows_the_replicas_the_hpa_heads_for_on_the_served_value():
+    """The desired replicas are the HPA's External-metric rule on the load ratio the API serves:
+    ceil(ratio x ready / target) outside the 10% tolerance, at the autoscaler's target and bounds."""
+    from adapter.observemode import ObserveView
+
+    fc = sample_forecast(now=NOW, p90=(3.0, 4.0, 6.0, 8.0, 8.0, 8.0), observed=2.0, ready_pods=4, request=0.5)
+    with client_for(fc) as c:
+        ratio = float(parse_quantity(c.get(value_url("predicted_cpu_load_ratio", "deployment=checkout")).json()["items"][0]["value"]))
+        html = c.get("/").text
+        assert _heads_for(html) == math.ceil(ratio * 4 / 0.7 - 1e-9)
+        assert 'class="desired"' in html and "up to" in html  # the forecast ahead rises: the line does too
+        view = ObserveView(kube=None)
+        view._view = {"shop/checkout": {"autoscaler": "checkout", "mode": "Act", "observe": None,
+                                        "hpa": {"target_value": 0.5, "min_replicas": 1, "max_replicas": 5}}}
+        c.app.state.core.observe_view = view
+        html = c.get("/").text
+    assert _heads_for(html) == min(5, math.ceil(ratio * 4 / 0.5 - 1e-9))
+    assert _heads_for(html) == 5  # 1.625 x 4 / 0.5 = 13, held at maxReplicas
+
+
+def test_the_dashboard_shows_no_desired_replicas_while_the_ready_pods_are_unknown():
+    fc = sample_forecast(now=NOW, ready_pods=None)
+    with client_for(fc) as c:
+        html = c.get("/").text
+    assert "the HPA heads for" not in html and 'class="desired"' not in html

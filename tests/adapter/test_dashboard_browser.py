@@ -15,7 +15,7 @@ import pytest
 
 from adapter.app import create_app
 from adapter.dashboard import BAND_COLOR, BAND_OPACITY, OBSERVED_COLOR
-from adapter.dashboard_svg import SERVED_COLOR, WOULD_COLOR
+from adapter.dashboard_svg import DESIRED_COLOR, SERVED_COLOR, WOULD_COLOR
 from adapter.observemode import ObserveView
 from adapter.server import serve_in_thread
 from adapter.tls import ensure_serving_cert
@@ -136,6 +136,7 @@ def test_a_card_reads_at_a_glance_in_headless_chromium(tmp_path):
     for label in ("CPU cores", "replicas", ">now<"):
         assert label in dom
     for entry in ("observed demand", "forecast band p50..p90", "forecast mean", "served to the HPA",
-                  "actual replicas", "would have (Observe mode", "ready pods now (4)"):
+                  "actual replicas", "would have (Observe mode", "ready pods now (4)", "desired: the HPA heads for"):
         assert entry in dom, entry
     assert pixels_near(img, SERVED_COLOR) > 50 and pixels_near(img, WOULD_COLOR) > 50
+    assert pixels_near(img, DESIRED_COLOR) > 50
