@@ -193,9 +193,11 @@ def test_network_policies_admit_only_foresight_to_redis_and_select_the_right_pod
 
 
 def test_the_redis_acl_the_manifest_renders_lets_the_trainer_write_and_readers_only_read(tmp_path):
-    """The init container's script, run by a real shell, feeds a real redis-server."""
+    """The init container's script, run by a real shell, feeds a real redis-server started with
+    the manifest's arguments: TLS only, verified against the CA, as the clients' URLs say."""
     import subprocess
 
+    from adapter.tls import write_ca, write_signed
     from forecaster.store import StorePermissionError, make_forecast, open_store
     from tests import stack
 
@@ -204,36 +206,70 @@ def test_the_redis_acl_the_manifest_renders_lets_the_trainer_write_and_readers_o
     (redis,) = [d for d in BY_KIND["Deployment"] if d["metadata"]["name"] == "foresight-redis"]
     (init,) = redis["spec"]["template"]["spec"]["initContainers"]
     script = init["command"][2].replace("/users/", f"{tmp_path}/users/").replace("/acl/", f"{tmp_path}/acl/")
-    (tmp_path / "users").mkdir()
-    (tmp_path / "acl").mkdir()
+    for d in ("users", "acl", "tls"):
+        (tmp_path / d).mkdir()
     for user in ("trainer", "adapter", "warmpool"):
         (tmp_path / "users" / user).write_text(f"{user}-pw-42")
     subprocess.run(["/bin/sh", "-c", script], check=True)
+    ca_crt, _, ca_cert, ca_key = write_ca(tmp_path / "tls")
+    crt, key = write_signed(tmp_path / "tls", "redis", ca_cert, ca_key, cn="foresight-redis", client=False,
+                            sans=("127.0.0.1",))
+    (tmp_path / "tls" / "tls.crt").write_bytes(crt.read_bytes())
+    (tmp_path / "tls" / "tls.key").write_bytes(key.read_bytes())
+    (tmp_path / "tls" / "ca.crt").write_bytes(ca_crt.read_bytes())
     port = stack.free_port()
     (main,) = redis["spec"]["template"]["spec"]["containers"]
-    args = [a.replace("/acl/", f"{tmp_path}/acl/") for a in main["args"]]
-    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", *args],
+    args = [a.replace("/acl/", f"{tmp_path}/acl/").replace("/tls/", f"{tmp_path}/tls/") for a in main["args"]]
+    assert args[args.index("--port") + 1] == "0" and args[args.index("--tls-port") + 1] == "6379"  # no plaintext port
+    args[args.index("--tls-port") + 1] = str(port)
+    proc = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
     try:
         stack._wait_port(port, "redis-server")
         fc = make_forecast("shop/checkout", origin=0, step_seconds=60, mean=[1.0], model="naive")
-        url = "redis://{u}@127.0.0.1:%d/0?password_file=%s/users/{u}" % (port, tmp_path)
+        url = "rediss://{u}@127.0.0.1:%d/0?password_file=%s/users/{u}&ca_file=%s" % (port, tmp_path, tmp_path / "tls" / "ca.crt")
         open_store(url.format(u="trainer")).publish(fc)
         assert open_store(url.format(u="adapter")).latest("shop/checkout").generation == 1
         for reader in ("adapter", "warmpool"):
             with pytest.raises(StorePermissionError):
                 open_store(url.format(u=reader)).publish(fc)
         with pytest.raises(Exception):
-            open_store(f"redis://127.0.0.1:{port}/0").latest("shop/checkout")  # the default user is off
+            open_store(f"rediss://127.0.0.1:{port}/0?ca_file={ca_crt}").latest("shop/checkout")  # the default user is off
+        with pytest.raises(Exception):  # plain TCP on the TLS port: refused
+            open_store(f"redis://trainer@127.0.0.1:{port}/0?password_file={tmp_path}/users/trainer").latest("shop/checkout")
+        other_ca, _, _, _ = write_ca(tmp_path / "other", cn="someone-else")
+        with pytest.raises(Exception):  # a server the client's CA did not sign: refused
+            open_store(f"rediss://trainer@127.0.0.1:{port}/0?password_file={tmp_path}/users/trainer&ca_file={other_ca}").latest("shop/checkout")
     finally:
         proc.terminate()
         proc.wait(5)
 
 
+def test_every_redis_client_of_the_manifests_verifies_redis_with_the_mounted_ca():
+    urls = {}
+    warmpool = [d for d in yaml.safe_load_all((ROOT / "manifests" / "warmpool" / "deployment.yaml").read_text())
+                if d and d["kind"] == "Deployment"]
+    for d in BY_KIND["Deployment"] + warmpool:
+        pod = d["spec"]["template"]["spec"]
+        for c in pod["containers"]:
+            for a in c.get("args") or []:
+                if "--store=" in a:
+                    urls[d["metadata"]["name"]] = (a.split("--store=", 1)[1], pod)
+    (cm,) = [c for c in BY_KIND["ConfigMap"] if c["metadata"]["name"] == "foresight-workloads"]
+    (trainer,) = [d for d in BY_KIND["Deployment"] if d["metadata"]["name"] == "foresight-trainer"]
+    urls["foresight-trainer"] = (yaml.safe_load(cm["data"]["workloads.yaml"])["store"]["url"], trainer["spec"]["template"]["spec"])
+    assert set(urls) >= {"foresight-adapter", "foresight-warmpool", "foresight-trainer"}
+    for name, (url, pod) in urls.items():
+        assert url.startswith("rediss://") and "ca_file=/var/run/secrets/redis/ca.crt" in url, name
+        (vol,) = [v for v in pod["volumes"] if v["name"] == "redis-password"]
+        srcs = {s["secret"]["name"]: s["secret"]["items"] for s in vol["projected"]["sources"]}
+        assert srcs["foresight-redis-tls"] == [{"key": "ca.crt", "path": "ca.crt"}], name
+
+
 def test_the_trainer_config_names_its_redis_user_and_password_file():
     (cm,) = [c for c in BY_KIND["ConfigMap"] if c["metadata"]["name"] == "foresight-workloads"]
     cfg = yaml.safe_load(cm["data"]["workloads.yaml"])
-    assert cfg["store"]["url"].startswith("redis://trainer@")
+    assert cfg["store"]["url"].startswith("rediss://trainer@")
     assert "password_file=/var/run/secrets/redis/password" in cfg["store"]["url"]
     (trainer,) = [d for d in BY_KIND["Deployment"] if d["metadata"]["name"] == "foresight-trainer"]
     mounts = {m["mountPath"] for m in trainer["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]}
