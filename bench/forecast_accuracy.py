@@ -118,13 +118,27 @@ def refresh_benchmark(frame: pd.DataFrame, n_series: int = 1000, fit_series: int
     }
 
 
-def auto_variants(cands) -> tuple:
-    """The benchmark-only rows of auto (``BacktestSettings.auto_variants``)."""
+# --guard-grid: the lead-guard settings the defaults are chosen from (on --part tune), as
+# (lead_evidence_z, lead_max_move); every point is scored on the same candidate fits
+GUARD_GRID = tuple((z, m) for z in (3.0, 4.0, 6.0, 8.0) for m in (2.0, 3.0, 4.0))
+
+
+def grid_name(z: float, move: float) -> str:
+    return f"auto_grid_z{z:g}_move{move:g}"
+
+
+def auto_variants(cands, grid: bool = False) -> tuple:
+    """The benchmark-only rows of auto (``BacktestSettings.auto_variants``); with ``grid`` also
+    one row per point of GUARD_GRID."""
     from forecaster.models.guard import fixed_z_lead_guard
     from forecaster.selection import SelectionSettings
 
-    return ((BEFORE_GUARD, SelectionSettings(candidates=cands, lead_guard=False), None),
+    rows = ((BEFORE_GUARD, SelectionSettings(candidates=cands, lead_guard=False), None),
             (FIRST_GUARD, SelectionSettings(candidates=cands), fixed_z_lead_guard))
+    if grid:
+        rows += tuple((grid_name(z, m), SelectionSettings(candidates=cands, lead_evidence_z=z, lead_max_move=m), None)
+                      for z, m in GUARD_GRID)
+    return rows
 
 
 def h1_ratios(rows: pd.DataFrame, model: str = "auto") -> pd.DataFrame:
@@ -156,7 +170,8 @@ def guard_table(rows: pd.DataFrame) -> dict:
     """Per auto row (shipped and benchmark-only): median MASE at the guard horizons and over
     h = 1..12, and the h=1 tail against persistence."""
     out = {}
-    for m in ("auto", BEFORE_GUARD, FIRST_GUARD):
+    present = set(rows.model)
+    for m in ("auto", BEFORE_GUARD, FIRST_GUARD) + tuple(sorted(x for x in present if x.startswith("auto_grid_"))):
         g = rows[rows.model == m]
         if not len(g):
             continue
@@ -171,10 +186,10 @@ def guard_table(rows: pd.DataFrame) -> dict:
 def print_guard_table(table: dict) -> None:
     cols = " ".join(f"{'h=' + str(h):>6}" for h in GUARD_HORIZONS)
     print(f"\nlead-step guard: median MASE per horizon, and h=1 MAE over persistence's per series")
-    print(f"  {'':<20} {cols} {'h1-12':>6}   {'worst h=1':>9} {'>1.1x':>9}")
+    print(f"  {'':<24} {cols} {'h1-12':>6}   {'worst h=1':>9} {'>1.1x':>9}")
     for m, d in table.items():
         vals = " ".join(f"{d[f'mase_h{h}_median']:6.3f}" for h in GUARD_HORIZONS)
-        print(f"  {m:<20} {vals} {d['mean_mase_median']:6.3f}   {d['h1_ratio_max']:8.2f}x "
+        print(f"  {m:<24} {vals} {d['mean_mase_median']:6.3f}   {d['h1_ratio_max']:8.2f}x "
               f"{d['h1_ratio_above_1.1']:3d} ({d['h1_ratio_share_above_1.1']:.1%})")
 
 
@@ -240,6 +255,8 @@ def main(argv=None) -> int:
     ap.add_argument("--name", default="forecast_accuracy", help="result file prefix in bench/results/")
     ap.add_argument("--refresh-series", type=int, default=1000)
     ap.add_argument("--no-refresh", action="store_true")
+    ap.add_argument("--guard-grid", action="store_true",
+                    help="also score every lead-guard setting of GUARD_GRID on the same fits (choose on --part tune)")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes for the per-series backtests (default 2 = the 2 cores)")
     add_quick_args(ap, "auto and persistence on 2 bundled series, 2 origins, 3 days of training, 20 refreshes")
     args = ap.parse_args(argv)
@@ -263,7 +280,7 @@ def main(argv=None) -> int:
     # 30-series trial (noise-level change), so auto uses the cheap statistical candidates
     cands = DEFAULT_CANDIDATES
     quick = {"eval_days": 1.0, "train_days": 3.0} if args.quick else {}
-    variants = auto_variants(cands) if "auto" in models else ()
+    variants = auto_variants(cands, args.guard_grid) if "auto" in models else ()
     settings = BacktestSettings(selection=SelectionSettings(candidates=cands), auto_variants=variants, **quick)
     print(f"{n_series} series ({args.part}) from {', '.join(str(f) for f in cpu_files(args.quick))}; models: {', '.join(models)}; auto candidates: {', '.join(cands)}")
     t0 = time.perf_counter()
@@ -281,7 +298,8 @@ def main(argv=None) -> int:
     ratios = h1_ratios(run.rows) if {"auto", "persistence"} <= set(models) else None
     if ratios is not None:
         ratios.to_csv(out / f"{args.name}_h1_ratio.csv")
-    plot(summary, run.rows, out / f"{args.name}.png", ratios)
+    plot(summary.drop(index=[m for m in summary.index if m.startswith("auto_grid_")]), run.rows,
+         out / f"{args.name}.png", ratios)
     print()
     print(format_summary(summary))
     print()
@@ -308,7 +326,7 @@ def main(argv=None) -> int:
     checks = {}
     if "auto" in summary.index:
         a = summary.loc["auto"]
-        singles = summary.drop(index=[m for m in ("auto", BEFORE_GUARD, FIRST_GUARD) if m in summary.index])
+        singles = summary.drop(index=[m for m in summary.index if m.startswith("auto")])
         checks = {
             f"auto_mean_mase_median<={TARGETS['auto_mean_mase_median_max']:g}": bool(a["mean_mase_median"] <= TARGETS["auto_mean_mase_median_max"]),
             "auto_below_every_single_model": bool((a["mean_mase_median"] < singles["mean_mase_median"]).all()),
@@ -345,7 +363,8 @@ def main(argv=None) -> int:
             "command": "python bench/forecast_accuracy.py"
             + (" --targets-only" if args.targets_only else (f" --models {args.models}" if args.models != ALL_MODELS else ""))
             + (f" --series {args.series}" if args.series and not args.quick else "")
-            + (f" --part {args.part}" if args.part != "holdout" else "") + (" --quick" if args.quick else ""),
+            + (f" --part {args.part}" if args.part != "holdout" else "") + (" --quick" if args.quick else "")
+            + (" --guard-grid" if args.guard_grid else ""),
             "part": args.part,
             "series": int(n_series),
             "models": models,

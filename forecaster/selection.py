@@ -35,7 +35,7 @@ import numpy as np
 from forecaster.models import Model, ModelError, clean_history, get_model
 from forecaster.models.base import season_length
 from forecaster.models.combo import Combination
-from forecaster.models.guard import GuardSpec, LeadGuarded, lead_guard
+from forecaster.models.guard import EVIDENCE_Z, MAX_MOVE_SCALES, MOVE_GROWTH, GuardSpec, LeadGuarded, lead_guard
 from forecaster.store import quantile_key
 
 DEFAULT_CANDIDATES = (
@@ -70,9 +70,9 @@ class SelectionSettings:
     bias_correct: bool = True
     lead_guard: bool = True
     lead_steps: int = 2
-    lead_evidence_z: float = 4.0
-    lead_max_move: float = 3.0
-    lead_move_growth: float = 0.5
+    lead_evidence_z: float = EVIDENCE_Z
+    lead_max_move: float = MAX_MOVE_SCALES
+    lead_move_growth: float = MOVE_GROWTH
 
     def weights(self, h: int) -> np.ndarray:
         if self.horizon_weights is None:

@@ -38,3 +38,20 @@ def test_quick_guard_table_compares_the_three_rows_on_the_tune_half_only(tmp_pat
     for name in ROWS:
         assert f"  {name} " in out
     assert "h1_median_within_10%_of_before_guard" in out
+
+
+def test_quick_guard_grid_scores_every_point_on_the_same_fits_and_the_shipped_point_matches_auto(tmp_path):
+    from bench.forecast_accuracy import GUARD_GRID, grid_name
+    from forecaster.selection import SelectionSettings
+
+    run_quick("forecast_accuracy", tmp_path, "--part", "tune", "--guard-grid")
+    table = load(tmp_path / "forecast_accuracy.json")["guard_comparison"]
+    names = [grid_name(z, m) for z, m in GUARD_GRID]
+    assert set(names) <= set(table)
+    shipped = SelectionSettings()
+    assert (shipped.lead_evidence_z, shipped.lead_max_move) in GUARD_GRID  # the default is a point of its grid
+    same = table[grid_name(shipped.lead_evidence_z, shipped.lead_max_move)]
+    for k in ("mase_h1_median", "mase_h2_median", "mean_mase_median", "h1_ratio_max"):
+        assert same[k] == table["auto"][k], k
+    for n in names:  # the grid changes the guarded steps only
+        assert round(table[n]["mase_h6_median"], 9) == round(table["auto"]["mase_h6_median"], 9)
