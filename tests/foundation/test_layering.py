@@ -19,8 +19,9 @@ FORBIDDEN = {
     "kubeoperator": {"replay", "foresight"},
 }
 # Side doors, each a pure module that imports no project module (tested below): the operator's
-# Observe mode runs the HPA algorithm the replay models instead of a copy of it.
-SIDE_DOORS = {"kubeoperator": {"replay.hpa"}}
+# Observe mode and the dashboard's desired-replicas line run the HPA algorithm the replay models
+# instead of a copy of it.
+SIDE_DOORS = {"kubeoperator": {"replay.hpa"}, "adapter": {"replay.hpa"}}
 # outside system -> the only modules allowed to import its client
 OWNERS = {
     "redis": {"forecaster/store.py"},
