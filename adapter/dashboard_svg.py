@@ -5,8 +5,9 @@ Top panel (CPU cores): the observed demand, the forecast band (lowest..highest p
 quantile) and mean, and the value served to the HPA (now, and ahead while no newer forecast
 arrives), all as the production rule gives them (the caller passes them in). Bottom panel
 (replicas, when any are known): the pods ready now, the replicas the HPA heads for on the
-served value (now and ahead) and, in Observe mode, the would-have line beside the actual replicas. Clock labels carry ``data-t`` (Unix seconds); the page's script
-rewrites them into the viewer's local time, and the server writes UTC as a fallback.
+served value (now and ahead) and, in Observe mode, the would-have line beside the actual
+replicas. Clock labels carry ``data-t`` (Unix seconds); the page's script rewrites them into
+the viewer's local time, and the server writes UTC as a fallback.
 """
 
 from __future__ import annotations

@@ -38,22 +38,12 @@ import httpx
 
 from bench.chaos import Proc, _http_ok, _port_open
 from bench.common import add_quick_args, results_dir, save_json
-from bench.fallback_scale import NS, PODS, REQUEST, pct, rate_of, say, start_prometheus
+from bench.fallback_scale import EXT, NS, PODS, REQUEST, pct, rate_of, say, start_prometheus, write_config
 from forecaster.timing import TIMING
 from tests import stack
 
-EXT = "/apis/external.metrics.k8s.io/v1beta1"
 TARGETS = {"share_200_from_interval_2_min": 0.99, "below_floor_max": 0}
 FORECAST_FACTOR = 1.2  # the stand-in forecasts' level over the true demand
-
-
-def write_config(path: Path, n: int, prom_url: str, store_url: str) -> None:
-    import yaml
-
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "foresight/v1alpha1", "kind": "WorkloadConfig",
-        "source": {"url": prom_url.replace("http://", "prometheus://")}, "store": {"url": store_url},
-        "workloads": [{"namespace": NS, "name": f"w{i}"} for i in range(n)]}))
 
 
 def publish_forecasts(redis_url: str, n: int, now: float) -> None:

@@ -54,16 +54,11 @@ def _desired(core: AdapterCore, sid: str, fc: Forecast | None, ratio_now, now: f
     lo, hi = int(hpa.get("min_replicas") or 1), hpa.get("max_replicas")
     out = []
     for t in [now] + ahead:
-        if t == now:
-            value = ratio_now
-        else:
-            try:
-                value = core.served(METRIC_LOAD_RATIO, sid, fc, t).value
-            except NoData:
-                break
-        if value is None:
+        try:
+            value = ratio_now if t == now else core.served(METRIC_LOAD_RATIO, sid, fc, t).value
+        except NoData:
             break
-        n = external_value_proposal(HPASpec(), int(ready), [value], target, int(ready))
+        n = None if value is None else external_value_proposal(HPASpec(), int(ready), [value], target, int(ready))
         if n is None:
             break
         out.append((t, max(lo, min(int(hi), n) if hi else n)))
