@@ -17,7 +17,7 @@ def test_chaos_fleet_quick_kills_redis_and_both_replicas_answer_from_observed_de
     assert set(doc["before"][0]["sources"]) == {"forecast"}  # Redis up: the forecasts are served
     for iv in doc["before"] + doc["intervals"]:
         assert iv["asked"] == 60 and iv["below_floor"] == 0, iv
-    # the quick run's cache holds 3 s: from the second interval on, every value is observed-direct
+    # the quick run's cache holds 1 s of the 3-s interval: from the second interval on, every value is observed-direct
     for iv in doc["intervals"][1:]:
         assert iv["share_200"] == 1.0 and set(iv["sources"]) == {"observed-direct"}, iv
     positive(sum(iv["promql_per_second"] for iv in doc["intervals"][1:]))  # read from Prometheus, batched
