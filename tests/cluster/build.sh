@@ -15,24 +15,16 @@
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.35.4}"
-CACHE="${FORESIGHT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/foresight}"
+source "$(dirname "$0")/cached_build.sh"
 OUT="$CACHE/kubernetes-$K8S_VERSION"
 BIN="$OUT/bin"
 TOOLS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kubelet kube-proxy)
 
-have_all() { for t in "${TOOLS[@]}"; do [ -x "$BIN/$t" ] || return 1; done; }
-if have_all; then echo "$BIN"; exit 0; fi
-
-command -v go >/dev/null || { echo "build.sh: the Go toolchain is needed (go not on PATH)" >&2; exit 2; }
-mkdir -p "$BIN"
-exec 9>"$OUT/.lock"
-flock 9                      # two test sessions never build at once
-if have_all; then echo "$BIN"; exit 0; fi
+exit_if_built "$OUT" "$BIN" "${TOOLS[@]/#/$BIN/}"
 
 WORK="$OUT/wrapper"
 mkdir -p "$WORK"
 cd "$WORK"
-log() { echo "[build.sh $(date +%H:%M:%S)] $*" >&2; }
 
 log "fetching k8s.io/kubernetes@$K8S_VERSION (go.mod only)"
 KMOD=$(GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')

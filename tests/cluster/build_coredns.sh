@@ -8,18 +8,12 @@
 set -euo pipefail
 
 VERSION="${COREDNS_VERSION:-v1.15.0}"
-CACHE="${FORESIGHT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/foresight}"
+source "$(dirname "$0")/cached_build.sh"
 OUT="$CACHE/coredns-$VERSION"
 BIN="$OUT/bin/coredns"
 
-if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
-command -v go >/dev/null || { echo "build_coredns.sh: the Go toolchain is needed (go not on PATH)" >&2; exit 2; }
-mkdir -p "$OUT/bin"
-exec 9>"$OUT/.lock"
-flock 9
-if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
+exit_if_built "$OUT" "$BIN" "$BIN"
 
-log() { echo "[build_coredns.sh $(date +%H:%M:%S)] $*" >&2; }
 log "building coredns $VERSION (cold: downloads its modules into $(go env GOMODCACHE))"
 start=$(date +%s)
 LDFLAGS="-s -w"

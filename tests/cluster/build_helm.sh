@@ -11,18 +11,12 @@
 set -euo pipefail
 
 HELM_VERSION="${HELM_VERSION:-v3.22.0}"
-CACHE="${FORESIGHT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/foresight}"
+source "$(dirname "$0")/cached_build.sh"
 OUT="$CACHE/helm-$HELM_VERSION"
 BIN="$OUT/bin/helm"
 
-if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
-command -v go >/dev/null || { echo "build_helm.sh: the Go toolchain is needed (go not on PATH)" >&2; exit 2; }
-mkdir -p "$OUT/bin"
-exec 9>"$OUT/.lock"
-flock 9                      # two test sessions never build at once
-if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
+exit_if_built "$OUT" "$BIN" "$BIN"
 
-log() { echo "[build_helm.sh $(date +%H:%M:%S)] $*" >&2; }
 log "building helm $HELM_VERSION (cold: downloads its modules into $(go env GOMODCACHE))"
 start=$(date +%s)
 # helm prints this version in `helm version`; the release build sets the same variables.

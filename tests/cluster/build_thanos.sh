@@ -19,21 +19,15 @@ set -euo pipefail
 
 THANOS_VERSION="${THANOS_VERSION:-v0.42.4}"
 TAGS="netgo,slicelabels"
-CACHE="${FORESIGHT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/foresight}"
+source "$(dirname "$0")/cached_build.sh"
 OUT="$CACHE/thanos-$THANOS_VERSION-slicelabels"
 BIN="$OUT/bin/thanos"
 
-if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
-command -v go >/dev/null || { echo "build_thanos.sh: the Go toolchain is needed (go not on PATH)" >&2; exit 2; }
-mkdir -p "$OUT/bin"
-exec 9>"$OUT/.lock"
-flock 9                      # two test sessions never build at once
-if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
+exit_if_built "$OUT" "$BIN" "$BIN"
 
 WORK="$OUT/wrapper"
 rm -rf "$WORK"; mkdir -p "$WORK"
 cd "$WORK"
-log() { echo "[build_thanos.sh $(date +%H:%M:%S)] $*" >&2; }
 start=$(date +%s)
 
 log "fetching github.com/thanos-io/thanos@$THANOS_VERSION (go.mod only)"

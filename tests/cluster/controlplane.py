@@ -44,16 +44,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def build_binaries(stream=None) -> Path:
-    """Run build.sh (seconds when cached; a cold build prints its progress to ``stream``)."""
+def run_build_script(script: Path, stream=None) -> str:
+    """Run one of the build_*.sh scripts (seconds when cached) and return the last line it
+    prints; a cold build's progress lines ("[name.sh ...") go to ``stream`` as they come."""
     stream = stream or sys.stderr
-    proc = subprocess.Popen(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     err_lines: list[str] = []
 
     def pump():
         for line in proc.stderr:  # type: ignore[union-attr]
             err_lines.append(line)
-            if line.startswith("[build.sh"):
+            if line.startswith(f"[{script.name}"):
                 stream.write(line)
                 stream.flush()
 
@@ -63,9 +64,13 @@ def build_binaries(stream=None) -> Path:
     proc.wait()
     t.join(5)
     if proc.returncode != 0:
-        raise RuntimeError(f"tests/cluster/build.sh failed (exit {proc.returncode}):\n{''.join(err_lines[-40:])}")
-    bin_dir = Path(out.strip().splitlines()[-1])
-    return bin_dir
+        raise RuntimeError(f"tests/cluster/{script.name} failed (exit {proc.returncode}):\n{''.join(err_lines[-40:])}")
+    return out.strip().splitlines()[-1]
+
+
+def build_binaries(stream=None) -> Path:
+    """Run build.sh (seconds when cached; a cold build prints its progress to ``stream``)."""
+    return Path(run_build_script(BUILD_SCRIPT, stream))
 
 
 # ------------------------------------------------------------------ certificates

@@ -1,7 +1,8 @@
 """A real Kubernetes node joined to the control plane of tests/cluster/controlplane.py.
 
 Parts, all real: Debian's containerd 1.6 (private --root/--state/socket in the node's dir; runc
-and crun runtime handlers, each with a RuntimeClass), the CNI bridge/host-local/loopback/portmap
+and crun runtime handlers, and gVisor's runsc as ``gvisor`` when tests/cluster/build_gvisor.sh
+built it, each with a RuntimeClass), the CNI bridge/host-local/loopback/portmap
 plugins (network rules: tests/cluster/nodenet.py), the kubelet and kube-proxy (iptables) built by
 tests/cluster/build.sh, and the images of tests/cluster/build_images.sh imported with
 ``ctr -n k8s.io images import``.
@@ -14,8 +15,8 @@ not-ready taint once the kubelet reports Ready.
 
 One node per machine (an flock on /run/foresight-node.lock, awaited up to 30 min): iptables chains and the test
 ranges are machine-wide. :meth:`Node.stop` (also from atexit, and at the next start after a
-killed run) kills every process in the node's cgroups, unmounts what it mounted, and removes
-its network state (nodenet.teardown).
+killed run) kills every process in the node's cgroups (gVisor's sandboxes among them), unmounts
+what it mounted, removes its shims' sockets and its network state (nodenet.teardown).
 """
 
 from __future__ import annotations
@@ -32,12 +33,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.cluster import nodenet
-from tests.cluster.controlplane import HERE, ControlPlane, Proc, free_port, wait_for, write_kubeconfig
+from tests.cluster.controlplane import HERE, ControlPlane, Proc, free_port, run_build_script, wait_for, write_kubeconfig
 
 IMAGES_SCRIPT = HERE / "build_images.sh"
+GVISOR_SCRIPT = HERE / "build_gvisor.sh"
+GVISOR_BINARIES = ("runsc", "containerd-shim-runsc-v1", "containerd-shim-runsc-v1.real")
 LOCK = Path("/run/foresight-node.lock")
 LOCK_WAIT_SECONDS = 1800
 STATE = Path("/run/foresight-node.json")
+# containerd 1.6's shims and gVisor's put their ttrpc sockets here whatever containerd's own
+# state dir; a SIGKILLed shim (every shim, on stop) leaves its socket behind.
+SHIM_SOCKETS = Path("/run/containerd/s")
 NODE_NAME = "foresight-node"
 CGROUP_NAME = "foresight-node"
 CGROUP_V1 = Path("/sys/fs/cgroup")
@@ -62,6 +68,20 @@ def build_images(trainer: bool = False) -> dict:
     if r.returncode != 0:
         raise NodeError(f"tests/cluster/build_images.sh failed ({r.returncode}):\n{r.stderr[-4000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def build_gvisor() -> tuple[Path | None, str]:
+    """Run build_gvisor.sh (seconds when cached): (its bin dir, "") or (None, why it failed).
+    A failed build only costs the node its gvisor handler, never runc and crun."""
+    try:
+        bin_dir = Path(run_build_script(GVISOR_SCRIPT))
+    except (RuntimeError, OSError, IndexError) as exc:
+        print(f"[node] no gvisor runtime class: {exc}", file=sys.stderr, flush=True)
+        return None, str(exc)
+    missing = [b for b in GVISOR_BINARIES if not (bin_dir / b).exists()]
+    if missing:
+        return None, f"tests/cluster/build_gvisor.sh printed {bin_dir}, which lacks {missing}"
+    return bin_dir, ""
 
 
 def cgroup_dirs() -> list[Path]:
@@ -113,6 +133,50 @@ def kill_cgroup_tree(errors: list[str]) -> None:
                 errors.append(f"rmdir {sub}: {exc}")
 
 
+def runsc_processes() -> dict[int, str]:
+    """Host processes of gVisor binaries built by build_gvisor.sh (the shim, runsc's sandbox,
+    gofer and its short-lived commands): pid -> command line. They run in the node's cgroups
+    (children of containerd's shims), so kill_cgroup_tree ends them; this checks it did."""
+    found: dict[int, str] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            exe = Path(os.readlink(proc / "exe"))
+            if exe.name in ("runsc", "containerd-shim-runsc-v1.real") and exe.parent.parent.name.startswith("gvisor-"):
+                found[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+        except OSError:  # exited meanwhile, or a kernel thread
+            pass
+    return found
+
+
+def shim_sockets(node_dir: Path) -> list[Path]:
+    """The node's shim sockets in SHIM_SOCKETS, as named by its task bundles' address files
+    (the names are hashes: only the bundles tell ours from another containerd's)."""
+    found = set()
+    for f in (node_dir / "containerd" / "state" / "io.containerd.runtime.v2.task").glob("*/*/address"):
+        try:
+            sock = Path(f.read_text().strip().removeprefix("unix://"))
+        except OSError:
+            continue
+        if sock.parent == SHIM_SOCKETS and sock.exists():
+            found.add(sock)
+    return sorted(found)
+
+
+def _remove_shim_sockets(node_dir: Path, errors: list[str]) -> None:
+    for sock in shim_sockets(node_dir):
+        try:
+            sock.unlink()
+        except OSError as exc:
+            errors.append(f"rm {sock}: {exc}")
+    for d in (SHIM_SOCKETS, SHIM_SOCKETS.parent):  # only when empty: a host containerd may use them
+        try:
+            d.rmdir()
+        except OSError:
+            pass
+
+
 def unmount_under(root: Path, errors: list[str]) -> None:
     """Every mount below ``root`` (the kubelet's volumes, containerd's rootfs and shm), deepest first."""
     prefix = str(root.resolve()) + "/"
@@ -127,10 +191,15 @@ def cleanup_host(node_dir: Path | None, netns: list[str] = ()) -> list[str]:
     """Everything a node leaves on the host, also after a crash; returns what could not go."""
     errors: list[str] = []
     kill_cgroup_tree(errors)
+    errors += [f"gVisor process {pid} outside the node's cgroups: {cmd}" for pid, cmd in runsc_processes().items()]
+    state = _read_state()
     if node_dir is not None:
         unmount_under(node_dir, errors)
+    # after a killed run, the node dir recorded at its start (its shims' bundles name their sockets)
+    sockets_of = node_dir or (Path(state["node_dir"]) if state.get("node_dir") else None)
+    if sockets_of is not None:
+        _remove_shim_sockets(sockets_of, errors)
     nodenet.teardown(STATE, list(netns), errors)
-    state = _read_state()
     if state.get("propagation_was_private"):
         subprocess.run(["mount", "--make-rprivate", "/"], capture_output=True)
     STATE.with_suffix(".mounts.json").unlink(missing_ok=True)
@@ -153,6 +222,8 @@ class Node:
     name: str = NODE_NAME
     procs: list[Proc] = field(default_factory=list)
     runtime_handlers: list[str] = field(default_factory=list)
+    gvisor_bin: Path | None = None  # build_gvisor.sh's bin dir: runsc and its shim; None: no gvisor handler
+    gvisor_error: str = ""  # why gvisor_bin is None, for the tests' failure message
     kubelet_port: int = 0
     started_seconds: float = 0.0
     lock_wait_seconds: float = LOCK_WAIT_SECONDS  # how long start() waits for another node to stop
@@ -225,11 +296,12 @@ class Node:
 
     def _share_root_mount(self) -> None:
         out = subprocess.run(["findmnt", "-no", "PROPAGATION", "/"], capture_output=True, text=True).stdout.strip()
-        STATE.with_suffix(".mounts.json").write_text(json.dumps({"propagation_was_private": out == "private"}))
+        STATE.with_suffix(".mounts.json").write_text(json.dumps({"propagation_was_private": out == "private",
+                                                                 "node_dir": str(self.dir)}))
         subprocess.run(["mount", "--make-rshared", "/"], check=True)
 
-    def _spawn(self, name: str, args: list[str], pids_cgroup: bool = False) -> Proc:
-        p = self.cp.spawn(f"node-{name}", args)
+    def _spawn(self, name: str, args: list[str], pids_cgroup: bool = False, env: dict[str, str] | None = None) -> Proc:
+        p = self.cp.spawn(f"node-{name}", args, env=env)
         self.procs.append(p)
         self.cp.procs.remove(p)  # the node stops its own processes, before the control plane
         if pids_cgroup:  # its children (containerd's shims) are then found and killed on stop
@@ -251,12 +323,26 @@ class Node:
             binaries["crun"] = str(d / "crun-v1-only")
             Path(binaries["crun"]).write_text(CRUN_WRAPPER)
             os.chmod(binaries["crun"], 0o755)
-        cfg = containerd_config(d, self.dir / "cni", self.images["pause"]["ref"], binaries)
+        cfg = containerd_config(d, self.dir / "cni", self.images["pause"]["ref"], binaries, self._runsc_config(d))
         (d / "config.toml").write_text(cfg)
-        proc = self._spawn("containerd", ["containerd", "--config", str(d / "config.toml")], pids_cgroup=True)
+        env = None
+        if self.gvisor_bin is not None:  # containerd finds a shim binary (containerd-shim-runsc-v1) on its PATH only
+            env = {"PATH": f"{self.gvisor_bin}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"}
+        proc = self._spawn("containerd", ["containerd", "--config", str(d / "config.toml")], pids_cgroup=True, env=env)
         wait_for("containerd", lambda: proc.alive() and subprocess.run(
             ["ctr", "--address", str(self.sock), "version"], capture_output=True, timeout=10).returncode == 0,
             timeout=60, interval=0.2, detail=proc.tail)
+
+    def _runsc_config(self, d: Path) -> Path | None:
+        """The gvisor handler's runsc.toml (and the handler itself) when its build is there."""
+        from tests.cluster.nodeconfig import runsc_toml
+
+        if self.gvisor_bin is None or not all((self.gvisor_bin / b).exists() for b in GVISOR_BINARIES):
+            return None
+        self.runtime_handlers.append("gvisor")
+        cfg = d / "runsc.toml"
+        cfg.write_text(runsc_toml(self.gvisor_bin / "runsc", d / "runtime-root" / "gvisor"))
+        return cfg
 
     def _import_images(self) -> None:
         """Every built image but the base (only other images are built from it)."""
@@ -347,12 +433,13 @@ def start_cluster(d: Path, images: dict | None = None) -> tuple[ControlPlane, No
     if missing:
         raise NodeError(f"{missing} missing from {bin_dir}: tests/cluster/build.sh builds them")
     images = images or build_images()
+    gvisor_bin, gvisor_error = build_gvisor()
     t1 = time.monotonic()
     (d / "cp").mkdir(parents=True, exist_ok=True)
     cp = ControlPlane(bin_dir=bin_dir, dir=d / "cp", service_cidr=nodenet.SERVICE_CIDR, node_lifecycle=True).start()
     cp.build_seconds, cp.start_seconds = t1 - t0, time.monotonic() - t1  # type: ignore[attr-defined]
     try:
-        return cp, Node(cp, d / "node", images).start()
+        return cp, Node(cp, d / "node", images, gvisor_bin=gvisor_bin, gvisor_error=gvisor_error).start()
     except BaseException:
         cp.stop()
         raise

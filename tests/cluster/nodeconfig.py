@@ -19,8 +19,10 @@ _DISABLED = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.
              "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
 
 
-def containerd_config(d: Path, cni_dir: Path, sandbox_image: str, runtimes: dict[str, str]) -> str:
-    """Every path of its own under ``d``; the CRI plugin with the home-built pause image."""
+def containerd_config(d: Path, cni_dir: Path, sandbox_image: str, runtimes: dict[str, str],
+                      runsc_config: Path | None = None) -> str:
+    """Every path of its own under ``d``; the CRI plugin with the home-built pause image; runc-type
+    ``runtimes`` (handler -> OCI runtime binary) and, given ``runsc_config``, gVisor as ``gvisor``."""
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     lines = [
         "version = 2",
@@ -44,7 +46,20 @@ def containerd_config(d: Path, cni_dir: Path, sandbox_image: str, runtimes: dict
         lines += [f"[{cri}.containerd.runtimes.{handler}]", '  runtime_type = "io.containerd.runc.v2"',
                   f"[{cri}.containerd.runtimes.{handler}.options]", f'  BinaryName = "{binary}"',
                   f'  Root = "{d / "runtime-root" / handler}"', "  SystemdCgroup = false"]
+    if runsc_config is not None:
+        # gVisor's own shim (containerd-shim-runsc-v1, found on containerd's PATH); its options
+        # type is the CRI's generic one, which only points the shim at its runsc.toml.
+        lines += [f"[{cri}.containerd.runtimes.gvisor]", '  runtime_type = "io.containerd.runsc.v1"',
+                  f"[{cri}.containerd.runtimes.gvisor.options]", '  TypeUrl = "io.containerd.runsc.v1.options"',
+                  f'  ConfigPath = "{runsc_config}"']
     return "\n".join(lines) + "\n"
+
+
+def runsc_toml(runsc: Path, root: Path) -> str:
+    """The gVisor shim's runsc.toml: which runsc, its state under the node's dir (never the
+    default /run/containerd/runsc), and the systrap platform named, since KVM hangs on these
+    nested-virtualization machines."""
+    return "\n".join([f'binary_name = "{runsc}"', f'root = "{root}"', "[runsc_config]", '  platform = "systrap"']) + "\n"
 
 
 def _load_ca(cp: ControlPlane):

@@ -1,13 +1,16 @@
 """Pods on the real node: Running and Ready, answering HTTP on their 198.18.x address and
 through a ClusterIP Service in 198.19.x (kube-proxy's iptables rules), for the busybox image and
-the foresight app image; and the network rules: no default route in a pod, the FORWARD guard
-first, no masquerade rule but kube-proxy's mark-gated one."""
+the foresight app image, under each RuntimeClass (runc, crun, gvisor: a gVisor pod runs on
+gVisor's own kernel, a runc pod on the host's); and the network rules: no default route in a pod,
+the FORWARD guard first, no masquerade rule but kube-proxy's mark-gated one."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import subprocess
+from pathlib import Path
 
 import httpx
 import pytest
@@ -104,14 +107,70 @@ def test_the_foresight_app_image_serves_its_health_check_in_a_pod(node):
     assert wait_for("the adapter Service", lambda: httpx.get(f"http://{cluster_ip}/healthz", timeout=3).text, timeout=60) == "ok"
 
 
-@pytest.mark.parametrize("handler", ["runc", "crun"])
+def _need_handler(node, handler: str) -> None:
+    """Fail (never skip): every handler is expected on the test node, gvisor included."""
+    if handler in node.runtime_handlers:
+        return
+    why = ""
+    if handler == "gvisor":
+        why = (f"; gVisor is built by tests/cluster/build_gvisor.sh (bin dir {node.gvisor_bin}): "
+               f"{node.gvisor_error or 'see its output above'}")
+    pytest.fail(f"runtime handler {handler} is not configured on the node: {node.runtime_handlers}{why}")
+
+
+@pytest.mark.parametrize("handler", ["runc", "crun", "gvisor"])
 def test_a_pod_starts_under_each_runtime_class(node, handler):
-    if handler not in node.runtime_handlers:
-        pytest.fail(f"runtime handler {handler} is not configured on the node: {node.runtime_handlers}")
+    _need_handler(node, handler)
     pods, _ = _run(node.cp, node, f"rc-{handler}", node.images["busybox"]["ref"], BUSYBOX_WEB, 8080, 1,
                    runtime_class=handler)
     assert pods[0]["spec"]["runtimeClassName"] == handler
     assert httpx.get(f"http://{pods[0]['status']['podIP']}:8080/", timeout=5).status_code == 200
+
+
+# What the pod's kernel says about itself: served over HTTP and printed to the pod's log.
+KERNEL_WEB = ["/bin/sh", "-c", "uname -r > /www/kernel && (dmesg 2>/dev/null | head -1 > /www/dmesg; true) && "
+              "echo \"proc-version: $(cat /proc/version)\" && hostname > /www/index.html && exec httpd -f -p 8080 -h /www"]
+
+
+def _pod_log(node, pod: dict) -> str:
+    """The container's log as the kubelet wrote it (podLogsDir), through the runtime's stdout."""
+    m = pod["metadata"]
+    (f,) = (node.dir / "pod-logs").glob(f"{m['namespace']}_{m['name']}_{m['uid']}/web/0.log")
+    return f.read_text()
+
+
+def _host_httpd_pods(uids: set[str]) -> set[str]:
+    """Which of these pods have an httpd that is a process of the host's kernel (its cgroup names
+    the pod): a runc container's processes are, a gVisor sandbox's are gVisor's own."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and (proc / "comm").read_text().strip() == "httpd":
+                cg = (proc / "cgroup").read_text()
+                found |= {u for u in uids if f"pod{u}" in cg}
+        except OSError:  # exited meanwhile
+            pass
+    return found
+
+
+def test_a_gvisor_pod_runs_on_gvisors_kernel_and_a_runc_pod_on_the_hosts(node):
+    _need_handler(node, "gvisor")
+    host = os.uname().release
+    pods = {h: _run(node.cp, node, f"kernel-{h}", node.images["busybox"]["ref"], KERNEL_WEB, 8080, 1,
+                    runtime_class=h)[0][0] for h in ("gvisor", "runc")}
+    kernel = {h: httpx.get(f"http://{p['status']['podIP']}:8080/kernel", timeout=5).text.strip() for h, p in pods.items()}
+    assert kernel["runc"] == host
+    assert "gvisor" in kernel["gvisor"] and kernel["gvisor"] != host, kernel
+    # gVisor's own boot messages: the sandbox's kernel is the Sentry, not the host's
+    assert "Starting gVisor" in httpx.get(f"http://{pods['gvisor']['status']['podIP']}:8080/dmesg", timeout=5).text
+    log = _pod_log(node, pods["gvisor"])
+    assert "proc-version: Linux version " in log and "gvisor" in log, log
+    assert host in _pod_log(node, pods["runc"])
+    uids = {h: p["metadata"]["uid"] for h, p in pods.items()}
+    assert _host_httpd_pods(set(uids.values())) == {uids["runc"]}
+    gv = pods["gvisor"]
+    assert ipaddress.ip_address(gv["status"]["podIP"]) in ipaddress.ip_network(nodenet.NODE_POD_RANGE)
+    assert httpx.get(f"http://{gv['status']['podIP']}:8080/", timeout=5).text.strip() == gv["metadata"]["name"]
 
 
 def _container_pid(node, pod_ip: str) -> int:
