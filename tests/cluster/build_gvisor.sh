@@ -44,7 +44,7 @@ NEW='_ = err // foresight: no CAP_SYS_RESOURCE here; start must print the bootst
 sed -i "s|$(printf '%s' "$OLD" | sed 's/[][\.*^$|]/\\&/g')|$NEW|" "$MANAGER"
 grep -qF "$NEW" "$MANAGER" || { echo "build_gvisor.sh: patching $MANAGER failed" >&2; exit 4; }
 
-log "building runsc and the shim (cold: downloads their modules into $(go env GOMODCACHE), ~5 min)"
+log "building runsc and the shim (cold: downloads their modules into $(go env GOMODCACHE), about 2 min)"
 start=$(date +%s)
 tmp=$(mktemp -d "$OUT/gobin.XXXXXX")
 # One `go build` for both: they share most packages. -mod=mod: the module's own go.mod/go.sum.
