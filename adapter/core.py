@@ -105,6 +105,15 @@ class AdapterCore:
         """The pods the HPA counts now, when the pod watch knows them (adapter/readypods.py)."""
         return self.ready_pods.count(series_id, meta) if self.ready_pods is not None else None
 
+    def cpu_request(self, series_id: str, published: Any) -> Any:
+        """CPU request per pod: the configured one, else the watched pods' (the Kubernetes API,
+        live), else ``published`` (the trainer's or the fallback's kube-state-metrics reading)."""
+        conf = self.settings.workload_capacity.get(series_id, {}).get("cpu_request_cores")
+        if conf is not None:
+            return conf
+        watched = self.ready_pods.cpu_request(series_id) if self.ready_pods is not None else None
+        return watched if watched is not None else published
+
     def capacity(self, series_id: str, fc: Forecast | None) -> tuple[Any, Any]:
         """(ready pods, CPU request per pod): the watched pods, else those the trainer published."""
         meta = fc.meta if fc is not None else {}
@@ -112,8 +121,7 @@ class AdapterCore:
         pods = self.watched_pods(series_id, meta)
         if pods is None:
             pods = meta.get("ready_pods", conf.get("ready_pods"))
-        req = meta.get("cpu_request_cores", conf.get("cpu_request_cores"))
-        return pods, req
+        return pods, self.cpu_request(series_id, meta.get("cpu_request_cores"))
 
     def served(self, metric: str, series_id: str, fc: Forecast | None, now: float) -> ServedValue:
         ms = self.settings.metric
@@ -161,7 +169,7 @@ class AdapterCore:
             pods = self.watched_pods(series_id)
             if pods is None:
                 pods = obs.ready_pods if obs.ready_pods is not None else conf.get("ready_pods")
-            req = conf.get("cpu_request_cores", obs.cpu_request_cores)
+            req = self.cpu_request(series_id, obs.cpu_request_cores)
             if pods is None:
                 raise NoData(f"{why}; the ready pod count of {series_id} is unknown (ready_pods query)")
             sv = served_load_ratio(None, now, pods, req, ms, observed=obs.cores)

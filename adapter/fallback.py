@@ -166,7 +166,8 @@ class PrometheusDemandReader:
         pods = self._per_workload(need_pods, 'sum by (namespace, pod) (kube_pod_status_ready{{{ns},condition="true"}})') \
             if need_pods else {}
         need_req = [w for w in ws if w.capacity.cpu_request_cores is None and not w.capacity.cpu_request_query]
-        req = self._per_workload(need_req, 'kube_pod_container_resource_requests{{{ns},resource="cpu"}}', mean=True) \
+        req = self._per_workload(need_req, 'sum by (namespace, pod) (kube_pod_container_resource_requests{{{ns},resource="cpu"}})',
+                                 mean=True) \
             if need_req else {}
         special = [w for w in ws if (w.capacity.ready_pods is None and w.capacity.ready_pods_query)
                    or (w.capacity.cpu_request_cores is None and w.capacity.cpu_request_query)]

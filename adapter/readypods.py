@@ -15,6 +15,10 @@ read: a workload it does not know yet is queued for a resolver thread that reads
 once, so a request never waits on the API server. Until the first list has completed, until a
 new workload is resolved, or for a workload whose object cannot be read, it answers None and the
 adapter serves with ``meta.ready_pods`` (the documented degradation).
+
+The same pods give the CPU request per pod (``cpu_request``): the mean over the Ready pods of
+each pod's summed container requests, which is what the HPA's Utilization divides by. So neither
+ready pods nor requests need kube-state-metrics: the Kubernetes API has both.
 """
 
 from __future__ import annotations
@@ -28,9 +32,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
+from adapter.quantity import parse_quantity
+
 log = logging.getLogger("foresight.adapter.readypods")
 
-__all__ = ["PodWatch", "ReadyPods", "label_selector_matches", "pod_counts", "running_and_ready", "workloads_of"]
+__all__ = ["PodWatch", "ReadyPods", "label_selector_matches", "pod_counts", "pod_cpu_request", "running_and_ready",
+           "workloads_of"]
 
 KIND_PATHS = {"Deployment": "deployments", "StatefulSet": "statefulsets", "ReplicaSet": "replicasets"}
 
@@ -39,6 +46,9 @@ class ReadyPods(Protocol):
     def count(self, series_id: str, meta: Mapping[str, Any] | None = None) -> int | None:
         """Ready pods of the workload's scale target now, or None when not known (``meta``: the
         forecast's, naming the workload's namespace, kind and name)."""
+
+    def cpu_request(self, series_id: str) -> float | None:
+        """The mean CPU request (cores) of those Ready pods, or None when not known."""
 
 
 def label_selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
@@ -70,9 +80,33 @@ def running_and_ready(pod: Mapping[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or [])
 
 
-def pod_counts(pods: Iterable[Mapping[str, Any]], selectors: Mapping[str, tuple[str, Mapping[str, Any]]]) -> dict[str, int]:
-    """series id -> ready pods, for ``selectors`` (series id -> (namespace, selector))."""
+def pod_cpu_request(pod: Mapping[str, Any]) -> float | None:
+    """A pod's CPU request in cores: its containers' and native sidecars' (init containers with
+    restartPolicy Always) requests summed, as the HPA sums them. None when a container has no CPU
+    request (the HPA then refuses Utilization for the pod) or one cannot be parsed."""
+    spec = pod.get("spec") or {}
+    containers = [*(spec.get("containers") or []),
+                  *(c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always")]
+    if not containers:
+        return None
+    total = 0.0
+    for c in containers:
+        cpu = ((c.get("resources") or {}).get("requests") or {}).get("cpu")
+        if cpu is None:
+            return None
+        try:
+            total += float(parse_quantity(str(cpu)))
+        except ValueError:
+            return None
+    return total
+
+
+def pod_counts(pods: Iterable[Mapping[str, Any]], selectors: Mapping[str, tuple[str, Mapping[str, Any]]]
+               ) -> tuple[dict[str, int], dict[str, tuple[float, int]]]:
+    """For ``selectors`` (series id -> (namespace, selector)): series id -> ready pods, and
+    series id -> (summed CPU request, pods with one) over those ready pods."""
     out = {sid: 0 for sid in selectors}
+    req: dict[str, tuple[float, int]] = {sid: (0.0, 0) for sid in selectors}
     for pod in pods:
         meta = pod.get("metadata") or {}
         if not running_and_ready(pod):
@@ -80,7 +114,10 @@ def pod_counts(pods: Iterable[Mapping[str, Any]], selectors: Mapping[str, tuple[
         for sid, (ns, sel) in selectors.items():
             if meta.get("namespace") == ns and label_selector_matches(sel, meta.get("labels") or {}):
                 out[sid] += 1
-    return out
+                if pod.get("cpu") is not None:
+                    total, n = req[sid]
+                    req[sid] = (total + pod["cpu"], n + 1)
+    return out, req
 
 
 @dataclass
@@ -88,6 +125,7 @@ class _State:
     pods: dict[str, dict] = field(default_factory=dict)  # uid -> pod (metadata and status only)
     selectors: dict[str, tuple[str, Mapping[str, Any]]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    requests: dict[str, tuple[float, int]] = field(default_factory=dict)  # sid -> (summed request, pods)
     by_ns: dict[str, list[tuple[str, Mapping[str, Any]]]] = field(default_factory=dict)  # namespace -> (sid, selector)
     synced: bool = False
 
@@ -134,6 +172,15 @@ class PodWatch:
                     self._asked.discard(series_id)
             return None
         return st.counts.get(series_id)
+
+    def cpu_request(self, series_id: str) -> float | None:
+        """The mean CPU request of the workload's Ready pods; None until count() knows the
+        workload, or while none of its Ready pods has a request."""
+        st = self._st
+        if not st.synced or series_id not in st.selectors:
+            return None
+        total, n = st.requests.get(series_id, (0.0, 0))
+        return total / n if n > 0 and total > 0 else None
 
     def _resolve_loop(self) -> None:
         while not self._stop.is_set():
@@ -288,10 +335,12 @@ class PodWatch:
         old = st.pods.pop(uid, None)
         if pod is not None:
             st.pods[uid] = pod
-        for sid in _ready_matches(old, st.by_ns):
-            st.counts[sid] = st.counts.get(sid, 0) - 1  # one int per key: count() reads without the lock
-        for sid in _ready_matches(pod, st.by_ns):
-            st.counts[sid] = st.counts.get(sid, 0) + 1
+        for p, sign in ((old, -1), (pod, 1)):
+            for sid in _ready_matches(p, st.by_ns):
+                st.counts[sid] = st.counts.get(sid, 0) + sign  # one value per key: count() reads without the lock
+                if p.get("cpu") is not None:
+                    total, n = st.requests.get(sid, (0.0, 0))
+                    st.requests[sid] = (total + sign * p["cpu"], n + sign)
 
     def _recount(self) -> None:
         # a new dict, swapped in whole: count() reads without the lock
@@ -299,7 +348,7 @@ class PodWatch:
         for sid, (ns, sel) in self._st.selectors.items():
             by_ns.setdefault(ns, []).append((sid, sel))
         self._st.by_ns = by_ns
-        self._st.counts = pod_counts(self._st.pods.values(), self._st.selectors)
+        self._st.counts, self._st.requests = pod_counts(self._st.pods.values(), self._st.selectors)
 
 
 def _ready_matches(pod: Mapping[str, Any] | None, by_ns: Mapping[str, list]) -> list[str]:
@@ -312,10 +361,11 @@ def _ready_matches(pod: Mapping[str, Any] | None, by_ns: Mapping[str, list]) -> 
 
 
 def _slim(pod: Mapping[str, Any]) -> dict:
-    """What counting needs of a pod (namespace, labels, phase, conditions)."""
+    """What counting needs of a pod (namespace, labels, phase, conditions, its CPU request)."""
     meta = pod.get("metadata") or {}
     st = pod.get("status") or {}
     return {"metadata": {"namespace": meta.get("namespace"), "labels": dict(meta.get("labels") or {})},
+            "cpu": pod_cpu_request(pod),
             "status": {"phase": st.get("phase"),
                        "conditions": [{"type": c.get("type"), "status": c.get("status")} for c in st.get("conditions") or []]}}
 

@@ -58,16 +58,18 @@ DEFAULT_DEMAND_QUERY = (
 DEFAULT_READY_PODS_QUERY = (
     'sum(kube_pod_status_ready{{namespace="{namespace}",pod=~"{pods}",condition="true"}})'
 )
+# Per pod first: a pod's request is its containers' summed (a sidecar's too), as the HPA sums them.
 DEFAULT_CPU_REQUEST_QUERY = (
-    'avg(kube_pod_container_resource_requests{{namespace="{namespace}",pod=~"{pods}",'
-    'resource="cpu"}})'
+    'avg(sum by (pod) (kube_pod_container_resource_requests{{namespace="{namespace}",pod=~"{pods}",'
+    'resource="cpu"}}))'
 )
 READINGS_HINT = {
     "ready_pods": " (kube-state-metrics' kube_pod_status_ready is not scraped? The adapter then counts ready pods "
                   "from the Kubernetes API (foresight serve --ready-pods watch); or set capacity.ready_pods_query)",
-    "cpu_request": " (kube-state-metrics' kube_pod_container_resource_requests is not scraped? Set "
-                   "capacity.cpu_request_cores, or spec.metrics[].cpuRequestCores of the PredictiveAutoscaler; "
-                   "until then predicted_cpu_load_ratio has no value and the HPA keeps its CPU floor)",
+    "cpu_request": " (kube-state-metrics' kube_pod_container_resource_requests is not scraped? The adapter then "
+                   "reads the pods' requests from the Kubernetes API (foresight serve --ready-pods watch); the serving "
+                   "policy is chosen without a pod count until capacity.cpu_request_cores, or "
+                   "spec.metrics[].cpuRequestCores of the PredictiveAutoscaler, is set)",
 }
 
 

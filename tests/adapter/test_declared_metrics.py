@@ -207,11 +207,15 @@ def test_a_workload_that_starts_declaring_a_known_metric_is_served_before_the_ne
 class _Watched:
     """The adapter's pod-watch seam (adapter/readypods.py ``ReadyPods``) with fixed counts."""
 
-    def __init__(self, counts):
+    def __init__(self, counts, requests=None):
         self.counts = counts
+        self.requests = requests or {}
 
     def count(self, series_id, meta=None):
         return self.counts.get(series_id)
+
+    def cpu_request(self, series_id):
+        return self.requests.get(series_id)
 
 
 def test_a_declared_ratio_divides_by_the_pods_the_hpa_counts_now_as_the_cpu_ratio_does():

@@ -49,7 +49,7 @@ def test_a_batch_equals_every_workloads_own_queries_with_three_grouped_queries_f
     for sid in ids:
         assert batch[sid] == reader.observe(sid), sid
     assert batch["shop/api"].cores == pytest.approx(0.5) and batch["shop/api"].ready_pods == 2
-    assert batch["shop/api"].cpu_request_cores == 0.5
+    assert batch["shop/api"].cpu_request_cores == pytest.approx(0.6)  # per pod: the app 0.5 + its sidecar 0.1
     assert batch["shop/api-gateway"].cores == pytest.approx(1.0)
     assert batch["shop/db"].ready_pods == 1 and batch["shop/db-replica"].ready_pods == 1
     assert batch["shop/batch-large"].cores == pytest.approx(5.0)

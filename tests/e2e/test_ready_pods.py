@@ -5,6 +5,9 @@ A forecast of 2.1 cores (0.5 core requests) is published once, by a trainer that
 2 to ceil(2.1 / (0.7 x 0.5)) = 6 pods. Divided by the published 2 pods, the ratio would stay 2.1
 and the HPA would ask for ceil(2.1 x 6 / 0.7) = 18 at its next sync: positive feedback up to
 maxReplicas. Divided by the 6 ready pods the adapter's watch counts, it is 0.7 and the HPA stays.
+
+The trainer published no CPU request (as without kube-state-metrics): the watch reads it from the
+pods' specs.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ def test_the_hpa_does_not_overshoot_after_a_scale_up_with_the_forecast_unchanged
             quantiles={"p50": [DEMAND] * 12, "p90": [DEMAND] * 12}, model="seasonal_naive", generated_at=now,
             observed=tuple((now - 60 * (12 - i), DEMAND) for i in range(12)),
             meta={"namespace": NS, "workload": NAME, "kind": "Deployment", "labels": {"workload": NAME},
-                  "ready_pods": 2, "cpu_request_cores": REQUEST}))
+                  "ready_pods": 2}))  # no cpu_request_cores: the pods' own 500m, from the watch
     finally:
         store.close()
     dep, sibling, hpa = _objects()

@@ -41,6 +41,10 @@ def families(with_ksm: bool) -> dict:
         out["kube_pod_container_resource_requests"] = [
             ({"namespace": "shop", "pod": p, "container": "app", "resource": "cpu"}, [(t, req) for t in STAMPS])
             for p, (_, req, _) in PODS.items()]
+        # a sidecar in api's pods: a pod's request is both containers' (0.5 + 0.1), not their mean
+        out["kube_pod_container_resource_requests"] += [
+            ({"namespace": "shop", "pod": p, "container": "proxy", "resource": "cpu"}, [(t, 0.1) for t in STAMPS])
+            for p in PODS if p.startswith("api-66b6c48dd5-")]
     return out
 
 
@@ -81,9 +85,9 @@ def test_demand_ready_pods_and_requests_count_only_the_workloads_pods(prometheus
     # the old prefix took the siblings in: api 3.5 cores instead of 0.5
     assert value(src, api.demand_query.replace(pod_regex("Deployment", "api"), "api-.*")) == pytest.approx(3.5, abs=1e-6)
     assert value(src, api.ready_pods_query()) == 2 and value(src, db.ready_pods_query()) == 1
-    assert value(src, api.cpu_request_query()) == 0.5 and value(src, db.cpu_request_query()) == 1.0
+    assert value(src, api.cpu_request_query()) == pytest.approx(0.6) and value(src, db.cpu_request_query()) == 1.0
     meta, problems = _capacity(api, AtEnd(src))
-    assert problems == [] and meta == {"ready_pods": 2, "cpu_request_cores": 0.5}
+    assert problems == [] and meta == {"ready_pods": 2, "cpu_request_cores": pytest.approx(0.6)}
 
 
 def test_without_kube_state_metrics_the_demand_still_works_and_the_trainer_says_what_to_set(prometheus_factory, cfg):
@@ -96,3 +100,4 @@ def test_without_kube_state_metrics_the_demand_still_works_and_the_trainer_says_
     ready, request = problems
     assert ready.startswith("ready_pods query returned nothing") and "--ready-pods watch" in ready
     assert request.startswith("cpu_request query returned nothing") and "capacity.cpu_request_cores" in request
+    assert "--ready-pods watch" in request  # the adapter reads the pods' requests from the Kubernetes API
