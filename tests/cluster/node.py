@@ -206,6 +206,12 @@ def cleanup_host(node_dir: Path | None, netns: list[str] = ()) -> list[str]:
     return errors
 
 
+def _rfc3339(text: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
 def _read_state() -> dict:
     p = STATE.with_suffix(".mounts.json")
     try:
@@ -229,6 +235,7 @@ class Node:
     lock_wait_seconds: float = LOCK_WAIT_SECONDS  # how long start() waits for another node to stop
     _lock: object = None
     _relay: object = None
+    _kubelet_args: list[str] = field(default_factory=list)  # restart_kubelet runs the same command
 
     @property
     def sock(self) -> Path:
@@ -361,15 +368,41 @@ class Node:
         self.kubelet_port = free_port()
         cfg = self.dir / "kubelet.yaml"
         cfg.write_text(kubelet_config(self, creds))
-        proc = self._spawn("kubelet", [
+        self._kubelet_args = [
             str(self.cp.bin_dir / "kubelet"), f"--config={cfg}", f"--kubeconfig={creds['kubelet_kubeconfig']}",
             f"--root-dir={self.dir / 'kubelet'}", f"--cert-dir={self.dir / 'pki'}", f"--hostname-override={self.name}",
-            f"--node-ip={nodenet.NODE_IP}", "--v=1"])
+            f"--node-ip={nodenet.NODE_IP}", "--v=1"]
+        proc = self._spawn("kubelet", self._kubelet_args)
         wait_for(f"node {self.name} Ready", lambda: proc.alive() and self.ready(), timeout=timeout, interval=0.5,
                  detail=lambda: proc.tail(40))
         # The node-lifecycle controller lifts node.kubernetes.io/not-ready once it sees Ready.
         wait_for(f"node {self.name} without taints", lambda: not self.cp.admin.json(f"/api/v1/nodes/{self.name}")["spec"]
                  .get("taints"), timeout=timeout, interval=0.5)
+
+    def restart_kubelet(self, timeout: float = 180.0) -> float:
+        """Stop the kubelet (SIGTERM, as `systemctl restart kubelet` does) and start it again with
+        the same config, port and credentials; the pods keep running under containerd meanwhile.
+        Returns the seconds from the stop until the node reports Ready again."""
+        import httpx
+        import yaml
+
+        (old,) = [p for p in self.procs if p.name == "node-kubelet"]
+        healthz = yaml.safe_load((self.dir / "kubelet.yaml").read_text())["healthzPort"]
+        t0, stopped_at = time.monotonic(), time.time()
+        old.stop(timeout=30)
+        self.procs.remove(old)
+        proc = self._spawn("kubelet", self._kubelet_args)
+
+        def back() -> bool:  # the Ready condition stays True for a while without a kubelet: ask for a new heartbeat
+            if not proc.alive() or httpx.get(f"http://127.0.0.1:{healthz}/healthz", timeout=2).status_code != 200:
+                return False
+            conds = self.cp.admin.json(f"/api/v1/nodes/{self.name}").get("status", {}).get("conditions", [])
+            return any(c["type"] == "Ready" and c["status"] == "True" and _rfc3339(c["lastHeartbeatTime"]) >= stopped_at
+                       for c in conds)
+
+        wait_for(f"node {self.name} Ready after a kubelet restart", back, timeout=timeout, interval=0.5,
+                 detail=lambda: proc.tail(40))
+        return time.monotonic() - t0
 
     def ready(self) -> bool:
         r = self.cp.admin.get(f"/api/v1/nodes/{self.name}")

@@ -4,12 +4,15 @@ the operator), the chart's own serving certificate trusted by the aggregator (AP
 Available), and a PredictiveAutoscaler on a real Deployment whose HPA reads
 predicted_cpu_load_ratio through kube-apiserver from the adapter pods, computed by the trainer
 from the node's Prometheus. Then faults under steady polling of the metric through
-kube-apiserver (the HPA's path): one adapter pod deleted, Redis stopped. No foresight process
-runs outside a pod here.
+kube-apiserver (the HPA's path): one adapter pod deleted, Redis stopped, the trainer pod deleted
+(its checkpoints on a PersistentVolume, as `trainer.checkpoints.persistence=true` puts them), the
+kubelet restarted. No foresight process runs outside a pod here.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 import time
 
@@ -29,6 +32,10 @@ APP = "api"
 METRIC = "predicted_cpu_load_ratio"
 METRIC_PATH = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{APP_NS}/{METRIC}"
 CPU_REQUEST = "20m"  # the demo burns its whole limit (= request): a load ratio near 1 per pod, bounded CPU
+# a static PersistentVolume on the node for the trainer's checkpoint claim (no provisioner here)
+STORAGE_CLASS = "foresight-node-local"
+CHECKPOINT_PV = "foresight-trainer-checkpoints-node"
+NONROOT = 65532  # the chart's runAsUser/fsGroup: a hostPath volume is not chowned by the kubelet
 
 
 def _log(msg: str) -> None:
@@ -101,6 +108,20 @@ def _poll_metric(cp, until, seconds_after: float, limit: float) -> dict:
             "non_2xx": sum(n for c, n in codes.items() if not 200 <= c < 300)}
 
 
+def _checkpoint_volume(node) -> "os.PathLike":
+    """A hostPath PersistentVolume of the checkpoints' class, in the node's directory."""
+    d = node.dir / "pv-checkpoints"
+    d.mkdir(exist_ok=True)
+    os.chown(d, NONROOT, NONROOT)
+    d.chmod(0o770)
+    pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": CHECKPOINT_PV},
+          "spec": {"capacity": {"storage": "2Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": STORAGE_CLASS,
+                   "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(d), "type": "Directory"}}}
+    r = node.cp.admin.apply(f"/api/v1/persistentvolumes/{CHECKPOINT_PV}", pv, "chart-test")
+    assert r.status_code in (200, 201), r.text
+    return d
+
+
 @pytest.fixture(scope="module")
 def release(node):
     cp = node.cp
@@ -108,9 +129,13 @@ def release(node):
     deploy_metrics_server(node)
     deploy_prometheus(node)
     helm_bin = chart.helm_binary()
-    # the operator and trainer react within seconds (a user's values, not a test hook)
+    checkpoints = _checkpoint_volume(node)
+    # the operator and trainer react within seconds (a user's values, not a test hook); the
+    # trainer's checkpoints on a claim, as a user with a storage class sets it
     seconds = chart.install(node, helm_bin, "--set", "operator.resyncSeconds=5",
-                            "--set", "trainer.config.training.refresh_interval_seconds=15")
+                            "--set", "trainer.config.training.refresh_interval_seconds=15",
+                            "--set", "trainer.checkpoints.persistence=true",
+                            "--set", f"trainer.checkpoints.storageClassName={STORAGE_CLASS}")
     _log(f"helm install -> every pod of the default chart Ready in {seconds:.1f} s: {chart.ready_by_component(cp)}")
     cp.ensure_namespace(APP_NS)
     r = cp.admin.apply(f"/apis/apps/v1/namespaces/{APP_NS}/deployments/{APP}", _demo_deployment(node.images["busybox"]["ref"]),
@@ -127,7 +152,7 @@ def release(node):
              timeout=180, interval=1, detail=lambda: chart.pods_detail(cp))
     chart.wait_release_ready(node)
     _log(f"... and the adapter restarted on it after {time.monotonic() - t0:.1f} s")
-    return {"helm": helm_bin, "install_seconds": seconds}
+    return {"helm": helm_bin, "install_seconds": seconds, "checkpoints": checkpoints}
 
 
 def test_every_pod_of_the_default_chart_is_ready_with_the_charts_own_certificate(node, release):
@@ -211,6 +236,78 @@ def test_with_redis_stopped_the_metric_degrades_to_observed_demand_never_a_503(n
     assert _failed_external(cp) == failed_before
 
 
+def _component_pods(cp, component: str) -> list[dict]:
+    return [p for p in chart.release_pods(cp) if p["metadata"]["labels"]["app.kubernetes.io/component"] == component]
+
+
+def _pod_log(node, pod: dict) -> str:
+    """A container's log as the kubelet wrote it (its podLogsDir), "" before it has one."""
+    m = pod["metadata"]
+    files = sorted((node.dir / "pod-logs").glob(f"{m['namespace']}_{m['name']}_{m['uid']}/*/*.log"))
+    return "".join(f.read_text(errors="replace") for f in files)
+
+
+def _first_publication(log: str, series_id: str) -> str | None:
+    """The first `<series>: published <model> (<status>) <reason>` line of a trainer's log."""
+    m = re.search(rf"{re.escape(series_id)}: published .*", log)
+    return m.group(0) if m else None
+
+
+def test_deleting_the_trainer_pod_its_successor_serves_the_fitted_models_from_the_checkpoint_volume(node, release):
+    cp = node.cp
+    sid = f"{APP_NS}/{APP}"
+    wait_for("a checkpoint of the autoscaler's workload on the volume",
+             lambda: [f for f in release["checkpoints"].iterdir() if f.suffix == ".ckpt"], timeout=180,
+             detail=lambda: str(sorted(release["checkpoints"].iterdir())))
+    (old,) = _component_pods(cp, "trainer")
+    failed_before = _failed_external(cp)
+    r = cp.admin.delete(f"/api/v1/namespaces/{chart.NAMESPACE}/pods/{old['metadata']['name']}")
+    assert r.status_code == 200, r.text
+
+    def published_again():
+        new = [p for p in _component_pods(cp, "trainer") if p["metadata"]["uid"] != old["metadata"]["uid"] and chart.is_ready(p)]
+        return new and _first_publication(_pod_log(node, new[0]), sid) and new[0]
+
+    res = _poll_metric(cp, published_again, seconds_after=5, limit=300)
+    assert res["recovered_seconds"] is not None, chart.pods_detail(cp)
+    (new,) = [p for p in _component_pods(cp, "trainer") if p["metadata"]["uid"] != old["metadata"]["uid"]]
+    log = _pod_log(node, new)
+    first = _first_publication(log, sid)
+    restored = re.search(r"restored (\d+) fitted states from \S+ \((\d+) without a checkpoint, (\d+) unusable\)", log)
+    _log(f"trainer pod deleted: the new pod published in {res['recovered_seconds']:.1f} s; answers {res['codes']}; "
+         f"{restored.group(0) if restored else 'no restore line'}; first: {first}")
+    assert restored and int(restored.group(1)) >= 1 and restored.group(3) == "0", log[-3000:]
+    assert "not trained yet" not in first, first  # the fitted state, not the persistence placeholder
+    assert res["non_2xx"] == 0, res
+    assert _failed_external(cp) == failed_before
+
+
+def test_restarting_the_kubelet_the_pods_keep_serving_and_the_node_comes_back(node, release):
+    cp = node.cp
+    failed_before = _failed_external(cp)
+    before = {p["metadata"]["uid"] for p in chart.release_pods(cp)}
+    seconds = {}
+
+    def restart() -> bool:
+        seconds["node"] = node.restart_kubelet()
+        return True
+
+    import threading
+
+    t = threading.Thread(target=restart, daemon=True)
+    t.start()
+    # the kubelet's pods run under containerd meanwhile; the HPA's reads go kubelet-free
+    res = _poll_metric(cp, lambda: not t.is_alive() and chart.ready_by_component(cp) == chart.DEFAULT_PODS,
+                       seconds_after=10, limit=240)
+    t.join(1)
+    _log(f"kubelet restarted: node Ready in {seconds.get('node', float('nan')):.1f} s, every release pod Ready after "
+         f"{res['recovered_seconds']} s; answers {res['codes']}")
+    assert res["recovered_seconds"] is not None, chart.pods_detail(cp)
+    assert {p["metadata"]["uid"] for p in chart.release_pods(cp)} == before  # the same pods: none restarted
+    assert res["non_2xx"] == 0, res
+    assert _failed_external(cp) == failed_before
+
+
 def _labelled(cp, path: str) -> list[str]:
     r = cp.admin.get(path, labelSelector=f"app.kubernetes.io/instance={chart.RELEASE}")
     return [i["metadata"]["name"] for i in r.json().get("items", [])] if r.status_code == 200 else []
@@ -222,6 +319,7 @@ NAMESPACED = {"Deployment": "/apis/apps/v1/namespaces/{ns}/deployments", "Servic
               "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
               "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
               "PodDisruptionBudget": "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+              "PersistentVolumeClaim": "/api/v1/namespaces/{ns}/persistentvolumeclaims",
               "Pod": "/api/v1/namespaces/{ns}/pods"}
 CLUSTER = {"ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
            "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
@@ -255,8 +353,8 @@ def test_helm_upgrade_keeps_the_certificate_and_uninstall_leaves_only_what_is_ke
     left = wait_for("the release's pods gone", lambda: (lambda o: o if "Pod" not in o else None)(_release_objects(cp)),
                     timeout=120, detail=lambda: str(_release_objects(cp)))
     # kept on purpose (helm.sh/resource-policy: keep): the Redis users' passwords, so a reinstall
-    # keeps the ACL its clients know
-    assert left == {"Secret": ["foresight-redis-users"]}, left
+    # keeps the ACL its clients know, and the trainer's checkpoints
+    assert left == {"Secret": ["foresight-redis-users"], "PersistentVolumeClaim": ["foresight-trainer-checkpoints"]}, left
     unlabelled = {k: sorted(i["metadata"]["name"] for i in cp.admin.json(NAMESPACED[k].format(ns=chart.NAMESPACE))["items"]
                             if i["metadata"]["name"] not in ("kube-root-ca.crt", "default")) for k in ("ConfigMap", "Secret", "ServiceAccount")}
     _log(f"helm uninstall: left in {chart.NAMESPACE}: {unlabelled}")
