@@ -1,11 +1,16 @@
-"""Pod start latency on the real node: create -> Ready, per runtime class.
+"""Pod start latency on the real node: create -> Ready and create -> first request served,
+per runtime class and image.
 
 Starts the tests' control plane and real node (tests/cluster/node.py: containerd 1.6, CNI
-bridge, kubelet and kube-proxy v1.35.4; root), then for each RuntimeClass creates pods of the
-busybox image in batches (an HTTP server with a readiness probe every second), timing each from
-just before its POST to the first watch event that shows it Ready. Batches are deleted before the
-next one, so every pod starts on a node with the same load. Prints and saves p50/p90/p99, the
-node's start time and the image sizes to bench/results/real_node.{json,md}.
+bridge, kubelet and kube-proxy v1.35.4; root), then for each RuntimeClass and each of two images
+creates pods in batches: busybox (a minimal image: its httpd) and foresight's app image
+(``foresight demo-app``, Python), both with a readiness probe every second. Each pod is timed
+from just before its POST to the first watch event that shows it Ready, and to the first HTTP 200
+it answers on its pod address (polled every 20 ms from the moment the watch gives the address;
+only addresses in the node's pod range are ever sent to). Batches are deleted before the next
+one, so every pod starts on a node with the same load. Prints and saves p50/p90/p99 beside the
+cold-start model's seed table (warmpool/coldstart.py), the node's start time and the image sizes
+to bench/results/real_node.{json,md}.
 
     sudo .venv/bin/python -m bench.real_node            # 100 pods per runtime class, batches of 10
     sudo .venv/bin/python -m bench.real_node --quick    # 10 pods per runtime class, one batch
@@ -38,21 +43,28 @@ if str(ROOT) not in sys.path:
 from bench.common import add_quick_args, results_dir, save_json  # noqa: E402
 
 NS = "bench-start"
+PORT = 8080
+POLL_SECONDS = 0.02
+# what each image's container runs: an HTTP server on PORT answering GET /
+COMMANDS = {
+    "busybox": ["/bin/sh", "-c", f"hostname > /www/index.html && exec httpd -f -p {PORT} -h /www"],
+    "app": ["foresight", "demo-app", "--host", "0.0.0.0", "--port", str(PORT), "--cpu-ms-per-request", "1", "--workers", "1"],
+}
 
 
-def pod_body(name: str, image: str, handler: str) -> dict:
+def pod_body(name: str, image_ref: str, handler: str, image: str = "busybox") -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS, "labels": {"bench": "start"}},
             "spec": {"runtimeClassName": handler, "terminationGracePeriodSeconds": 0, "containers": [{
-                "name": "web", "image": image, "imagePullPolicy": "Never",
-                "command": ["/bin/sh", "-c", "hostname > /www/index.html && exec httpd -f -p 8080 -h /www"],
-                "readinessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1}}]}}
+                "name": "web", "image": image_ref, "imagePullPolicy": "Never", "command": COMMANDS[image],
+                "readinessProbe": {"httpGet": {"path": "/", "port": PORT}, "periodSeconds": 1}}]}}
 
 
 class ReadyWatch:
-    """A watch on the namespace's pods: the monotonic time each pod is first seen Ready."""
+    """A watch on the namespace's pods: the monotonic time each pod is first seen Ready, and its
+    pod address once it has one."""
 
     def __init__(self, cp):
-        self.cp, self.ready_at, self._stop = cp, {}, threading.Event()
+        self.cp, self.ready_at, self.ip, self._stop = cp, {}, {}, threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -70,6 +82,8 @@ class ReadyWatch:
 
     def _event(self, ev: dict, now: float) -> None:
         pod = ev.get("object", {})
+        if pod.get("status", {}).get("podIP"):
+            self.ip.setdefault(pod["metadata"]["name"], pod["status"]["podIP"])
         conds = pod.get("status", {}).get("conditions") or []
         if any(c["type"] == "Ready" and c["status"] == "True" for c in conds):
             self.ready_at.setdefault(pod["metadata"]["name"], now)
@@ -86,24 +100,61 @@ def _wait(what: str, ok, timeout: float) -> None:
         time.sleep(0.2)
 
 
-def measure(cp, node, handler: str, pods: int, batch: int, watch: ReadyWatch) -> list[float]:
-    image = node.images["busybox"]["ref"]
-    latencies: list[float] = []
+def first_served(name: str, watch: ReadyWatch, served_at: dict, deadline: float) -> None:
+    """Poll the pod's own address (once the watch has it) until it answers GET / with 200;
+    bounded by ``deadline``. Only addresses in the node's pod range are sent to."""
+    import ipaddress
+
+    import httpx
+
+    from tests.cluster.nodenet import NODE_POD_RANGE
+
+    pod_range = ipaddress.ip_network(NODE_POD_RANGE)
+    with httpx.Client(timeout=0.5) as client:
+        while time.monotonic() < deadline:
+            ip = watch.ip.get(name)
+            if ip is not None:
+                if ipaddress.ip_address(ip) not in pod_range:
+                    raise RuntimeError(f"pod {name} has address {ip}, outside the node's pod range {NODE_POD_RANGE}")
+                try:
+                    if client.get(f"http://{ip}:{PORT}/").status_code == 200:
+                        served_at[name] = time.monotonic()
+                        return
+                except httpx.HTTPError:
+                    pass  # not listening yet
+            time.sleep(POLL_SECONDS)
+
+
+def measure(cp, node, handler: str, image: str, pods: int, batch: int, watch: ReadyWatch) -> dict[str, list[float]]:
+    """Seconds from each pod's POST to Ready and to its first answered request."""
+    ref = node.images[image]["ref"]
+    out: dict[str, list[float]] = {"ready": [], "served": []}
     for start in range(0, pods, batch):
-        names = [f"{handler}-{i:04d}" for i in range(start, min(start + batch, pods))]
+        names = [f"{handler}-{image}-{i:04d}" for i in range(start, min(start + batch, pods))]
         created: dict[str, float] = {}
+        served_at: dict[str, float] = {}
+        pollers = []
         for n in names:
             created[n] = time.monotonic()
-            r = cp.admin.post(f"/api/v1/namespaces/{NS}/pods", pod_body(n, image, handler))
+            r = cp.admin.post(f"/api/v1/namespaces/{NS}/pods", pod_body(n, ref, handler, image))
             if r.status_code != 201:
                 raise RuntimeError(f"create pod {n}: {r.status_code} {r.text[:300]}")
-        _wait(f"{len(names)} {handler} pods Ready", lambda: all(n in watch.ready_at for n in names), 300)
-        latencies += [watch.ready_at[n] - created[n] for n in names]
+            t = threading.Thread(target=first_served, args=(n, watch, served_at, created[n] + 300), daemon=True)
+            t.start()
+            pollers.append(t)
+        _wait(f"{len(names)} {handler} {image} pods Ready", lambda: all(n in watch.ready_at for n in names), 300)
+        for t in pollers:
+            t.join(300)
+        missing = [n for n in names if n not in served_at]
+        if missing:
+            raise RuntimeError(f"pods Ready but never answered GET / on their address: {missing}")
+        out["ready"] += [watch.ready_at[n] - created[n] for n in names]
+        out["served"] += [served_at[n] - created[n] for n in names]
         for n in names:
             cp.admin.delete(f"/api/v1/namespaces/{NS}/pods/{n}")
         _wait("the batch's pods gone", lambda: not cp.admin.json(f"/api/v1/namespaces/{NS}/pods")["items"], 300)
         node.check_alive()
-    return latencies
+    return out
 
 
 def summary(lat: list[float]) -> dict:
@@ -112,15 +163,35 @@ def summary(lat: list[float]) -> dict:
             "p99_s": float(np.percentile(a, 99)), "max_s": float(a.max()), "mean_s": float(a.mean())}
 
 
+def seed_table() -> dict[str, dict[str, float]]:
+    """The cold-start model's seed figures (container start, ms), for comparison."""
+    from warmpool.coldstart import SEED_PROFILES, ColdStartModel
+
+    model = ColdStartModel()  # nothing observed: its estimates are the seed's totals
+    # runc has no published seed (it starts from crun's figures): only the seed's own two
+    return {rc: model.estimate(rc).as_dict()["total_ms"] for rc in ("crun", "kata") if rc in SEED_PROFILES}
+
+
 def markdown(doc: dict) -> str:
-    lines = ["# Pod start latency on the real node (create -> Ready)", "",
+    lines = ["# Pod start latency on the real node", "",
              f"Node start (containerd, images imported, kubelet Ready and untainted, kube-proxy up): "
              f"{doc['node_start_seconds']:.1f} s; control plane start: {doc['control_plane_start_seconds']:.1f} s. "
-             f"Batches of {doc['batch']} pods (busybox httpd, readiness probe every 1 s), each batch deleted "
-             f"before the next. Load average at the end: {doc['load_average']}.", "",
-             "| runtime class | pods | p50 s | p90 s | p99 s | max s |", "|---|---|---|---|---|---|"]
-    for h, s in doc["runtime_classes"].items():
-        lines.append(f"| {h} | {s['pods']} | {s['p50_s']:.2f} | {s['p90_s']:.2f} | {s['p99_s']:.2f} | {s['max_s']:.2f} |")
+             f"Batches of {doc['batch']} pods, each batch deleted before the next; readiness probe every 1 s, so "
+             f"Ready trails the first answered request by up to a probe period. busybox: its httpd (a minimal "
+             f"image); app: `foresight demo-app` from foresight's app image (Python). Load average at the end: "
+             f"{doc['load_average']}.", "",
+             "| runtime class | image | pods | create -> Ready p50 / p90 / p99 s | create -> first request p50 / p90 / p99 s |",
+             "|---|---|---|---|---|"]
+    for h, by_image in doc["runtime_classes"].items():
+        for image, m in by_image.items():
+            r, f = m["ready"], m["served"]
+            lines.append(f"| {h} | {image} | {r['pods']} | {r['p50_s']:.2f} / {r['p90_s']:.2f} / {r['p99_s']:.2f} | "
+                         f"{f['p50_s']:.2f} / {f['p90_s']:.2f} / {f['p99_s']:.2f} |")
+    lines += ["", "The cold-start model's seed table (warmpool/coldstart.py; a container's start, not a pod's "
+              "create -> serving through the API server, kubelet and CNI):", "",
+              "| runtime class | p50 ms | p90 ms | p99 ms |", "|---|---|---|---|"]
+    for h, q in doc["seed_ms"].items():
+        lines.append(f"| {h} (seed) | {q['p50']:g} | {q['p90']:g} | {q['p99']:g} |")
     lines += ["", "| image | archive MB | unpacked |", "|---|---|---|"]
     for n, i in doc["images"].items():
         lines.append(f"| {n} ({i['ref']}) | {i['archive_bytes'] / 1e6:.1f} | {i['unpacked']} |")
@@ -178,12 +249,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cp.ensure_namespace(NS)
         watch = ReadyWatch(cp)
-        results = {}
+        results: dict[str, dict] = {}
         for handler in node.runtime_handlers:
-            results[handler] = summary(measure(cp, node, handler, pods, batch, watch))
-            s = results[handler]
-            print(f"{handler:6s} {s['pods']:4d} pods  p50 {s['p50_s']:.2f} s  p90 {s['p90_s']:.2f} s  "
-                  f"p99 {s['p99_s']:.2f} s  max {s['max_s']:.2f} s", flush=True)
+            for image in COMMANDS:
+                got = {k: summary(v) for k, v in measure(cp, node, handler, image, pods, batch, watch).items()}
+                results.setdefault(handler, {})[image] = got
+                r, f = got["ready"], got["served"]
+                print(f"{handler:6s} {image:7s} {r['pods']:4d} pods  Ready p50 {r['p50_s']:.2f} s  p90 {r['p90_s']:.2f} s  "
+                      f"p99 {r['p99_s']:.2f} s;  first request p50 {f['p50_s']:.2f} s  p90 {f['p90_s']:.2f} s  "
+                      f"p99 {f['p99_s']:.2f} s", flush=True)
         watch.stop()
     finally:
         errors = node.stop()
@@ -193,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())  # 1/5/15 min: the machine is shared
     doc = {"node_start_seconds": node.started_seconds, "control_plane_start_seconds": cp.start_seconds,
-           "builds_seconds": cp.build_seconds, "batch": batch, "load_average": load, "runtime_classes": results, "images": node.images}
+           "builds_seconds": cp.build_seconds, "batch": batch, "load_average": load, "runtime_classes": results, "seed_ms": seed_table(),
+           "images": node.images}
     p = save_json("real_node", doc, out)
     (out / "real_node.md").write_text(markdown(json.loads(p.read_text())))
     print(f"node start {node.started_seconds:.1f} s, control plane start {cp.start_seconds:.1f} s "

@@ -1,5 +1,6 @@
 """bench/real_node.py in its quick mode, as a user runs it: a subprocess that starts its own
-control plane and node, starts 10 pods per runtime class (runc, crun, gvisor) and saves the latencies."""
+control plane and node, starts 10 pods per runtime class (runc, crun, gvisor) and image (busybox,
+foresight's app) and saves the latencies to Ready and to the first answered request."""
 
 from __future__ import annotations
 
@@ -21,11 +22,17 @@ def test_the_real_node_bench_quick_times_pod_starts_per_runtime_class_and_cleans
     assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     doc = json.loads((tmp_path / "real_node.json").read_text())
     assert set(doc["runtime_classes"]) == {"runc", "crun", "gvisor"}
-    for handler, s in doc["runtime_classes"].items():
-        assert s["pods"] == 10
-        assert 0 < s["p50_s"] <= s["p90_s"] <= s["p99_s"] <= s["max_s"], (handler, s)
-        assert f"{handler:6s}   10 pods  p50" in r.stdout
+    for handler, by_image in doc["runtime_classes"].items():
+        assert set(by_image) == {"busybox", "app"}  # a minimal image and foresight's own
+        for image, m in by_image.items():
+            for what in ("ready", "served"):
+                s = m[what]
+                assert s["pods"] == 10
+                assert 0 < s["p50_s"] <= s["p90_s"] <= s["p99_s"] <= s["max_s"], (handler, image, what, s)
+            assert f"{handler:6s} {image:7s}   10 pods  Ready p50" in r.stdout
+    assert doc["seed_ms"]["crun"] == {"p50": 82.0, "p90": 136.0, "p99": 214.0}  # the model's seed, beside them
     assert doc["node_start_seconds"] > 0 and doc["control_plane_start_seconds"] > 0
     assert doc["images"]["app"]["archive_bytes"] > 10_000_000 and doc["images"]["pause"]["archive_bytes"] > 0
-    assert "| runc | 10 |" in (tmp_path / "real_node.md").read_text()
+    md = (tmp_path / "real_node.md").read_text()
+    assert "| runc | busybox | 10 |" in md and "| gvisor | app | 10 |" in md and "| kata (seed) | 487 |" in md
     assert nodenet.leftovers() == []
