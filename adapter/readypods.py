@@ -40,6 +40,11 @@ __all__ = ["PodWatch", "ReadyPods", "label_selector_matches", "pod_counts", "pod
            "workloads_of"]
 
 KIND_PATHS = {"Deployment": "deployments", "StatefulSet": "statefulsets", "ReplicaSet": "replicasets"}
+# /readyz waits this long at most for the first list of pods: a replica that joins the Service
+# before it has counted pods answers "ready pod count unknown" where kube-state-metrics is not
+# scraped (its HPAs' syncs fail), but an API server that cannot be listed must not keep the
+# replica out of the Service for good (discovery would fail for every HPA).
+FIRST_LIST_GRACE_SECONDS = 30.0
 
 
 class ReadyPods(Protocol):
@@ -49,6 +54,9 @@ class ReadyPods(Protocol):
 
     def cpu_request(self, series_id: str) -> float | None:
         """The mean CPU request (cores) of those Ready pods, or None when not known."""
+
+    def warming(self) -> bool:
+        """True while the first list of pods is still under way (and not given up on)."""
 
 
 def label_selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
@@ -155,6 +163,7 @@ class PodWatch:
         self._asked: set[str] = set()  # series ids queued for the resolver
         self._resolver: threading.Thread | None = None
         self.errors = 0
+        self._started_at: float | None = None
 
     # --- what the adapter reads -------------------------------------------------------
     def count(self, series_id: str, meta: Mapping[str, Any] | None = None) -> int | None:
@@ -214,7 +223,13 @@ class PodWatch:
         return True
 
     # --- the loop ----------------------------------------------------------------------
+    def warming(self) -> bool:
+        if self._st.synced or self._started_at is None:
+            return False
+        return time.monotonic() - self._started_at < FIRST_LIST_GRACE_SECONDS
+
     def start(self) -> "PodWatch":
+        self._started_at = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="foresight-pod-watch", daemon=True)
         self._thread.start()
         self._resolver = threading.Thread(target=self._resolve_loop, name="foresight-pod-watch-resolver", daemon=True)

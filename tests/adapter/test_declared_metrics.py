@@ -217,6 +217,9 @@ class _Watched:
     def cpu_request(self, series_id):
         return self.requests.get(series_id)
 
+    def warming(self):
+        return False
+
 
 def test_a_declared_ratio_divides_by_the_pods_the_hpa_counts_now_as_the_cpu_ratio_does():
     # the trainer published 4 ready pods; the watch has seen the scale-up to 8 since

@@ -114,6 +114,9 @@ class _Watch:
     def cpu_request(self, series_id):
         return self.request
 
+    def warming(self):
+        return False
+
 
 def test_the_load_ratio_divides_by_the_watched_request_without_kube_state_metrics_and_a_configured_one_wins():
     import time
@@ -138,3 +141,27 @@ def test_the_load_ratio_divides_by_the_watched_request_without_kube_state_metric
                              MemoryForecastStore(), clock=lambda: now)
     configured.ready_pods = _Watch(pods=4, request=0.75)
     assert configured.served(METRIC_LOAD_RATIO, fc.series_id, fc, now).value == pytest.approx(3.0 / (4 * 1.5), rel=1e-6)
+
+
+def test_a_replica_is_not_ready_until_its_pod_watch_has_listed_pods_but_only_for_a_grace_period():
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from adapter import readypods
+    from adapter.app import create_app
+    from adapter.readypods import PodWatch
+    from adapter.settings import AdapterSettings
+    from forecaster.store import MemoryForecastStore
+
+    with TestClient(create_app(AdapterSettings(), MemoryForecastStore())) as c:
+        assert c.get("/readyz").status_code == 200  # no watch: discovery alone decides
+        w = PodWatch(kube=None, workloads=dict)  # never started: its first list never comes
+        c.app.state.core.ready_pods = w
+        w._started_at = time.monotonic()
+        r = c.get("/readyz")
+        assert r.status_code == 503 and r.json()["why"] == "the pod watch has not listed pods yet"
+        w._started_at = time.monotonic() - readypods.FIRST_LIST_GRACE_SECONDS - 1  # the API server never answered
+        assert c.get("/readyz").status_code == 200
+        w._started_at, w._st.synced = time.monotonic(), True
+        assert c.get("/readyz").status_code == 200

@@ -49,6 +49,9 @@ class Pods:
     def cpu_request(self, series_id):
         return None  # the published request
 
+    def warming(self):
+        return False
+
 
 def test_the_shadow_proposes_at_every_sync_what_an_hpa_fed_by_the_adapter_sets():
     store = MemoryForecastStore()
