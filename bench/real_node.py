@@ -10,7 +10,8 @@ it answers on its pod address (polled every 20 ms from the moment the watch give
 only addresses in the node's pod range are ever sent to). Batches are deleted before the next
 one, so every pod starts on a node with the same load. Prints and saves p50/p90/p99 beside the
 cold-start model's seed table (warmpool/coldstart.py), the node's start time and the image sizes
-to bench/results/real_node.{json,md}.
+to bench/results/real_node.{json,md}. Then, per runtime class, warm claims against cold starts
+through the warm-pool API and a Service (bench/real_node_claims.py).
 
     sudo .venv/bin/python -m bench.real_node            # 100 pods per runtime class, batches of 10
     sudo .venv/bin/python -m bench.real_node --quick    # 10 pods per runtime class, one batch
@@ -192,6 +193,14 @@ def markdown(doc: dict) -> str:
               "| runtime class | p50 ms | p90 ms | p99 ms |", "|---|---|---|---|"]
     for h, q in doc["seed_ms"].items():
         lines.append(f"| {h} (seed) | {q['p50']:g} | {q['p90']:g} | {q['p99']:g} |")
+    lines += ["", "Claims through the warm-pool API (Kubernetes backend), timed from the POST to the first answer "
+              "through the pool's Service (busybox httpd):", "",
+              "| runtime class | claim | claims | -> serving p50 / p90 / p99 s | API answer p50 s |", "|---|---|---|---|---|"]
+    for h, by_kind in doc.get("claims", {}).items():
+        for kind, m in by_kind.items():
+            f = m["served"]
+            lines.append(f"| {h} | {kind} | {f['pods']} | {f['p50_s']:.2f} / {f['p90_s']:.2f} / {f['p99_s']:.2f} | "
+                         f"{m['api']['p50_s']:.3f} |")
     lines += ["", "| image | archive MB | unpacked |", "|---|---|---|"]
     for n, i in doc["images"].items():
         lines.append(f"| {n} ({i['ref']}) | {i['archive_bytes'] / 1e6:.1f} | {i['unpacked']} |")
@@ -237,11 +246,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pods", type=int, default=100, help="pods per runtime class (default 100)")
     ap.add_argument("--batch", type=int, default=10, help="pods created together (default 10)")
+    ap.add_argument("--claims", type=int, default=30, help="warm and cold claims per runtime class (default 30)")
     add_quick_args(ap, "10 pods per runtime class, one batch")
     args = ap.parse_args(argv)
     if args.pods < 1 or args.batch < 1:
         ap.error(f"--pods {args.pods} and --batch {args.batch} must be at least 1")
-    pods, batch = (10, 10) if args.quick else (args.pods, args.batch)
+    pods, batch, claims = (10, 10, 3) if args.quick else (args.pods, args.batch, args.claims)
     out = results_dir(args)
     from tests.cluster.node import start_cluster
 
@@ -259,6 +269,22 @@ def main(argv: list[str] | None = None) -> int:
                       f"p99 {r['p99_s']:.2f} s;  first request p50 {f['p50_s']:.2f} s  p90 {f['p90_s']:.2f} s  "
                       f"p99 {f['p99_s']:.2f} s", flush=True)
         watch.stop()
+        from bench.real_node_claims import measure_claims
+
+        claim_results: dict[str, dict] = {}
+        for handler in node.runtime_handlers:
+            for kind in ("warm", "cold"):
+                got = {k: summary(v) for k, v in measure_claims(cp, node, handler, kind, claims).items()}
+                claim_results.setdefault(handler, {})[kind] = got
+                f = got["served"]
+                print(f"{handler:6s} {kind} claims {f['pods']:3d}  -> serving p50 {f['p50_s']:.2f} s  p90 {f['p90_s']:.2f} s  "
+                      f"p99 {f['p99_s']:.2f} s;  API answer p50 {got['api']['p50_s']:.3f} s", flush=True)
+        # the issue's yardstick: a warm claim's serving time against a cold pod's create -> first request
+        ratios = {h: claim_results[h]["warm"]["served"]["p50_s"] / results[h]["busybox"]["served"]["p50_s"]
+                  for h in claim_results}
+        for h, x in ratios.items():
+            print(f"{h:6s} warm claim -> serving p50 is {x:.1%} of a cold busybox pod's create -> first request p50"
+                  + ("  (target <= 10% for crun)" if h == "crun" else ""), flush=True)
     finally:
         errors = node.stop()
         cp.stop()
@@ -268,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())  # 1/5/15 min: the machine is shared
     doc = {"node_start_seconds": node.started_seconds, "control_plane_start_seconds": cp.start_seconds,
            "builds_seconds": cp.build_seconds, "batch": batch, "load_average": load, "runtime_classes": results, "seed_ms": seed_table(),
+           "claims": claim_results, "warm_claim_to_cold_start_p50": ratios,
            "images": node.images}
     p = save_json("real_node", doc, out)
     (out / "real_node.md").write_text(markdown(json.loads(p.read_text())))

@@ -1,6 +1,7 @@
 """bench/real_node.py in its quick mode, as a user runs it: a subprocess that starts its own
 control plane and node, starts 10 pods per runtime class (runc, crun, gvisor) and image (busybox,
-foresight's app) and saves the latencies to Ready and to the first answered request."""
+foresight's app) and saves the latencies to Ready and to the first answered request, then claims warm
+and cold pods through the warm-pool API."""
 
 from __future__ import annotations
 
@@ -31,6 +32,13 @@ def test_the_real_node_bench_quick_times_pod_starts_per_runtime_class_and_cleans
                 assert 0 < s["p50_s"] <= s["p90_s"] <= s["p99_s"] <= s["max_s"], (handler, image, what, s)
             assert f"{handler:6s} {image:7s}   10 pods  Ready p50" in r.stdout
     assert doc["seed_ms"]["crun"] == {"p50": 82.0, "p90": 136.0, "p99": 214.0}  # the model's seed, beside them
+    # warm claims and cold starts through the warm-pool API, timed to the first answer through a Service
+    assert set(doc["claims"]) == {"runc", "crun", "gvisor"}
+    for handler, by_kind in doc["claims"].items():
+        warm, cold = by_kind["warm"]["served"], by_kind["cold"]["served"]
+        assert warm["pods"] == cold["pods"] == 3
+        assert 0 < warm["p50_s"] < cold["p50_s"], (handler, warm, cold)  # a warm pod serves sooner
+        assert f"{handler:6s} warm claims   3  -> serving p50" in r.stdout
     assert doc["node_start_seconds"] > 0 and doc["control_plane_start_seconds"] > 0
     assert doc["images"]["app"]["archive_bytes"] > 10_000_000 and doc["images"]["pause"]["archive_bytes"] > 0
     md = (tmp_path / "real_node.md").read_text()
