@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from tests import stack
+
+TESTS = Path(__file__).resolve().parent
 
 # httpx logs every request at INFO. Session fixtures keep serving after the test that started
 # them (the kube-controller-manager polls the metrics-server stand-in), and their log lines then
@@ -32,6 +38,42 @@ def _cli_logging_ends_with_the_test():
         if h.get_name() == _HANDLER_NAME and h not in before:  # pytest's own handlers stay
             root.removeHandler(h)
     root.setLevel(level)
+
+
+# Tests on the Go-built control plane, node, helm or Thanos, and the tests/cluster/build*.sh
+# scripts each group needs, in the order a full run meets them. A cold machine spends most of an
+# hour building those; the builds start in the background as soon as such a test is collected
+# (niced: they take the cores the other suites leave idle), and these tests run last, so the
+# other suites run meanwhile instead of waiting behind the first build.
+BUILDS = {"adapter/test_authz_apiserver.py": ("build.sh",), "chart": ("build.sh", "build_helm.sh"),
+          "e2e": ("build.sh",), "node": ("build.sh", "build_helm.sh", "build_images.sh", "build_gvisor.sh"),
+          "operator": ("build.sh",), "thanos": ("build_thanos.sh",), "warmpool/test_claim_authz_apiserver.py": ("build.sh",)}
+_prebuild = None
+
+
+def _builds(item) -> tuple[str, ...]:
+    rel = Path(str(item.fspath)).resolve().relative_to(TESTS).as_posix()
+    return BUILDS.get(rel) or BUILDS.get(rel.split("/", 1)[0], ())
+
+
+def pytest_collection_modifyitems(session, config, items):
+    global _prebuild
+    items.sort(key=lambda i: bool(_builds(i)))  # stable: each group keeps its order
+    scripts = list(dict.fromkeys(s for i in items for s in _builds(i)))
+    if _prebuild is None and scripts:
+        import subprocess
+
+        log = Path(tempfile.gettempdir()) / f"foresight-prebuild-{os.getpid()}.log"
+        _prebuild = subprocess.Popen(["nice", "-n", "19", "bash", str(TESTS / "cluster" / "prebuild.sh"), *scripts],
+                                     stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+        sys.stderr.write(f"\n{', '.join(scripts)} (seconds when cached) started in the background, log {log}; "
+                         "the tests that need them run last\n")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _prebuild is not None and _prebuild.poll() is None:  # a run that ended before needing them
+        os.killpg(_prebuild.pid, signal.SIGTERM)
+        _prebuild.wait(30)
 
 
 def _require(binary: str) -> None:
