@@ -21,6 +21,8 @@ NAMESPACE = "foresight"
 PROMETHEUS_URL = "http://prometheus.monitoring:9090"  # tests/cluster/manifests/prometheus.yaml's Service
 # component label -> pods of the default chart (warm pool and scheduler are off by default)
 DEFAULT_PODS = {"store": 1, "adapter": 2, "trainer": 1, "operator": 1}
+WARMPOOL_VALUES = ("--set", "warmpool.enabled=true")  # the warm-pool controller besides them
+WARMPOOL_PODS = {**DEFAULT_PODS, "warmpool": 1}
 
 
 def helm_binary() -> Path:
@@ -116,10 +118,11 @@ def config_applied(cp, namespace: str = NAMESPACE) -> bool:
     return True
 
 
-def install(node, helm_bin: Path, *extra: str, namespace: str = NAMESPACE, timeout: float = 300) -> float:
-    """``helm install`` with the node's values; returns the seconds until every pod is Ready."""
+def install(node, helm_bin: Path, *extra: str, namespace: str = NAMESPACE, timeout: float = 300,
+            want: dict[str, int] = DEFAULT_PODS) -> float:
+    """``helm install`` with the node's values; returns the seconds until every pod (``want``) is Ready."""
     t0 = time.monotonic()
     helm(helm_bin, node.cp, "install", RELEASE, str(CHART), "-n", namespace, "--create-namespace",
          *node_values(node.images), *extra)
-    wait_release_ready(node, timeout=timeout, namespace=namespace)
+    wait_release_ready(node, want, timeout=timeout, namespace=namespace)
     return time.monotonic() - t0
