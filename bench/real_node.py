@@ -21,6 +21,13 @@ through the warm-pool API and a Service (bench/real_node_claims.py).
 
     sudo .venv/bin/python -m bench.real_node autoscale            # 45 trace minutes, real time
     sudo .venv/bin/python -m bench.real_node autoscale --quick    # 20 minutes around the rise
+
+``warmpool``: the chart's warm-pool controller on the node under an hour of the Azure Functions
+trace, beside ``foresight warmpool simulate`` on the same functions and hour
+(bench/real_node_warmpool.py; results bench/results/real_node_warmpool.json):
+
+    sudo .venv/bin/python -m bench.real_node warmpool             # 12 functions, 60 minutes
+    sudo .venv/bin/python -m bench.real_node warmpool --quick     # 3 functions, 4 minutes
 """
 
 from __future__ import annotations
@@ -239,10 +246,44 @@ def autoscale_main(argv: list[str]) -> int:
     return 0
 
 
+def warmpool_main(argv: list[str]) -> int:
+    from bench.common import serverless_dir
+    from bench.real_node_warmpool import experiment, table
+    from tests.cluster import chart
+    from tests.cluster.addons import deploy_coredns, deploy_prometheus
+    from tests.cluster.node import start_cluster
+
+    ap = argparse.ArgumentParser(prog="bench.real_node warmpool",
+                                 description="the warm pool on the node under an hour of the Azure Functions trace, beside the simulator")
+    add_quick_args(ap, "3 functions, 4 minutes, the bundled trace slice")
+    args = ap.parse_args(argv)
+    out = results_dir(args)
+    cp, node = start_cluster(Path(tempfile.mkdtemp(prefix="foresight-real-node-")))
+    try:
+        deploy_coredns(node)
+        deploy_prometheus(node)
+        seconds = chart.install(node, chart.helm_binary(), *chart.WARMPOOL_VALUES, want=chart.WARMPOOL_PODS)
+        print(f"helm install with the warm pool: every pod Ready in {seconds:.1f} s", flush=True)
+        doc = experiment(node, chart.NAMESPACE, args.quick, serverless_dir(args.quick), progress=lambda m: print(m, flush=True))
+    finally:
+        errors = node.stop()
+        cp.stop()
+    doc["load_average"] = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    p = save_json("real_node_warmpool", doc, out)
+    print(table(doc), flush=True)
+    print(f"saved {p}", flush=True)
+    if errors:
+        print(f"node cleanup left: {errors}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["autoscale"]:
         return autoscale_main(argv[1:])
+    if argv[:1] == ["warmpool"]:
+        return warmpool_main(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pods", type=int, default=100, help="pods per runtime class (default 100)")
     ap.add_argument("--batch", type=int, default=10, help="pods created together (default 10)")

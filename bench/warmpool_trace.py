@@ -54,15 +54,20 @@ BASELINES = ["fixed:10", "oracle", "seed", "hybrid"]  # fixed:MINUTES on request
 SWEEP_FRACTIONS = (0.8, 1.2, 1.5)
 
 
-def split(trace, part: str):
-    """``tune`` / ``holdout``: the functions whose SHA-1(HashFunction) is even / odd; ``all``."""
+def part_indices(trace, part: str) -> list[int]:
+    """``tune`` / ``holdout``: the functions whose SHA-1(HashFunction) is even / odd."""
     import hashlib
 
+    return [i for i, f in enumerate(trace.function_ids) if (int(hashlib.sha1(f.encode()).hexdigest()[:8], 16) % 2 == 0) == (part == "tune")]
+
+
+def split(trace, part: str):
+    """The ``tune`` or ``holdout`` functions (``part_indices``), or ``all``."""
     from warmpool.tracesim import Trace
 
     if part == "all":
         return trace
-    idx = [i for i, f in enumerate(trace.function_ids) if (int(hashlib.sha1(f.encode()).hexdigest()[:8], 16) % 2 == 0) == (part == "tune")]
+    idx = part_indices(trace, part)
     return Trace(tuple(trace.function_ids[i] for i in idx), trace.invocations[idx], trace.duration_seconds[idx], trace.memory_mb[idx])
 
 

@@ -110,6 +110,7 @@ class ReplayResult:
     p75_cold_rate_pct: float
     wasted_gb_min: float
     wasted_pct_of_fixed10: float = float("nan")
+    idle_container_minutes: int = 0  # idle resident containers summed over the minutes (wasted_gb_min without the sizes)
 
     @property
     def cold_pct_invoked_minutes(self) -> float:
@@ -267,6 +268,7 @@ def simulate(trace: Trace, demand_model: str, policy: SimPolicy, progress: Calla
         cold_starts=int(out[:, 1].sum()),
         p75_cold_rate_pct=float(np.percentile(rates, 75)) if len(rates) else 0.0,
         wasted_gb_min=float((out[:, 2] * mem).sum()) / 1024.0,
+        idle_container_minutes=int(out[:, 2].sum()),
     )
 
 

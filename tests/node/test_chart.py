@@ -1,16 +1,18 @@
 """charts/foresight as a user installs it, on the real node: `helm install` with the node's images
-(tests/cluster/chart.py), every pod of the default chart Ready (Redis, the adapter x2, the trainer,
-the operator), the chart's own serving certificate trusted by the aggregator (APIService
+(tests/cluster/chart.py) and the warm pool on, every pod of the release Ready (Redis, the adapter
+x2, the trainer, the operator, the warm-pool controller), the chart's own serving certificate trusted by the aggregator (APIService
 Available), and a PredictiveAutoscaler on a real Deployment whose HPA reads
 predicted_cpu_load_ratio through kube-apiserver from the adapter pods, computed by the trainer
 from the node's Prometheus. Then faults under steady polling of the metric through
 kube-apiserver (the HPA's path): one adapter pod deleted, Redis stopped, the trainer pod deleted
 (its checkpoints on a PersistentVolume, as `trainer.checkpoints.persistence=true` puts them), the
-kubelet restarted. No foresight process runs outside a pod here.
+kubelet restarted. A WarmPool hands a warm pod to a caller its namespace allows to claim, over the
+chart's TLS, and refuses one it does not. No foresight process runs outside a pod here.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import sys
@@ -36,6 +38,7 @@ CPU_REQUEST = "20m"  # the demo burns its whole limit (= request): a load ratio 
 STORAGE_CLASS = "foresight-node-local"
 CHECKPOINT_PV = "foresight-trainer-checkpoints-node"
 NONROOT = 65532  # the chart's runAsUser/fsGroup: a hostPath volume is not chowned by the kubelet
+PODS = chart.WARMPOOL_PODS  # the default chart's pods and the warm-pool controller
 
 
 def _log(msg: str) -> None:
@@ -132,11 +135,11 @@ def release(node):
     checkpoints = _checkpoint_volume(node)
     # the operator and trainer react within seconds (a user's values, not a test hook); the
     # trainer's checkpoints on a claim, as a user with a storage class sets it
-    seconds = chart.install(node, helm_bin, "--set", "operator.resyncSeconds=5",
+    seconds = chart.install(node, helm_bin, *chart.WARMPOOL_VALUES, "--set", "operator.resyncSeconds=5",
                             "--set", "trainer.config.training.refresh_interval_seconds=15",
                             "--set", "trainer.checkpoints.persistence=true",
-                            "--set", f"trainer.checkpoints.storageClassName={STORAGE_CLASS}")
-    _log(f"helm install -> every pod of the default chart Ready in {seconds:.1f} s: {chart.ready_by_component(cp)}")
+                            "--set", f"trainer.checkpoints.storageClassName={STORAGE_CLASS}", want=PODS)
+    _log(f"helm install -> every pod of the release Ready in {seconds:.1f} s: {chart.ready_by_component(cp)}")
     cp.ensure_namespace(APP_NS)
     r = cp.admin.apply(f"/apis/apps/v1/namespaces/{APP_NS}/deployments/{APP}", _demo_deployment(node.images["busybox"]["ref"]),
                        "chart-test")
@@ -150,14 +153,14 @@ def release(node):
     # the operator restarts the adapter on the new workload (it reads its config at start)
     wait_for("the autoscaler's workload in the adapter's running config", lambda: chart.config_applied(cp),
              timeout=180, interval=1, detail=lambda: chart.pods_detail(cp))
-    chart.wait_release_ready(node)
+    chart.wait_release_ready(node, PODS)
     _log(f"... and the adapter restarted on it after {time.monotonic() - t0:.1f} s")
     return {"helm": helm_bin, "install_seconds": seconds, "checkpoints": checkpoints}
 
 
-def test_every_pod_of_the_default_chart_is_ready_with_the_charts_own_certificate(node, release):
+def test_every_pod_of_the_release_is_ready_with_the_charts_own_certificate(node, release):
     cp = node.cp
-    assert chart.ready_by_component(cp) == chart.DEFAULT_PODS
+    assert chart.ready_by_component(cp) == PODS
     pods = chart.release_pods(cp)
     assert {p["spec"]["nodeName"] for p in pods} == {node.name}
     images = {c["image"] for p in pods for c in p["spec"]["containers"] + p["spec"].get("initContainers", [])}
@@ -190,6 +193,126 @@ def test_the_hpa_reads_the_served_value_through_kube_apiserver(node, release):
     served = {m["name"]: m for m in pa["status"]["metrics"]}["cpu"]
     _log(f"PredictiveAutoscaler status: {served}")
     assert served["servedSource"] not in ("none", None), served
+
+
+WARM_POOL = "web"  # a WarmPool of APP_NS: the controller's pool shop-web
+WARM_PORT = 8080
+
+
+def _warm_pool(image: str) -> dict:
+    cmd = ["/bin/sh", "-c", f"hostname > /www/index.html && exec httpd -f -p {WARM_PORT} -h /www"]
+    return {"apiVersion": "foresight.dev/v1alpha1", "kind": "WarmPool", "metadata": {"name": WARM_POOL, "namespace": APP_NS},
+            "spec": {"workload": WARM_POOL, "backend": "kubernetes", "runtimeClass": "crun", "minWarm": 1, "maxWarm": 1,
+                     "template": {"image": image, "command": cmd, "resources": {"cpu": "10m", "memory": "16Mi"}}}}
+
+
+def _claimer_token(cp, name: str, may_claim: bool) -> str:
+    """A ServiceAccount of APP_NS (bound to a Role granting claim on warmpools when ``may_claim``)."""
+    rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/" + APP_NS
+    objs = [(f"/api/v1/namespaces/{APP_NS}/serviceaccounts/{name}",
+             {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": APP_NS}})]
+    if may_claim:
+        objs += [(f"{rbac}/roles/{name}", {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                                           "metadata": {"name": name, "namespace": APP_NS},
+                                           "rules": [{"apiGroups": ["foresight.dev"], "resources": ["warmpools"], "verbs": ["claim", "get"]}]}),
+                 (f"{rbac}/rolebindings/{name}", {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                                                  "metadata": {"name": name, "namespace": APP_NS},
+                                                  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                                                  "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": APP_NS}]})]
+    for path, body in objs:
+        r = cp.admin.apply(path, body, "chart-test")
+        assert r.status_code in (200, 201), r.text
+    return cp.service_account_token(APP_NS, name)
+
+
+def _warmpool_api(cp):
+    """The warm-pool API's ClusterIP URL and a TLS context trusting only the chart's CA for it."""
+    import base64
+    import ssl
+
+    from tests.cluster.nodenet import SERVICE_CIDR
+
+    svc = cp.admin.json(f"/api/v1/namespaces/{chart.NAMESPACE}/services/foresight-warmpool")["spec"]
+    assert ipaddress.ip_address(svc["clusterIP"]) in ipaddress.ip_network(SERVICE_CIDR), svc
+    ca = base64.b64decode(cp.admin.json(f"/api/v1/namespaces/{chart.NAMESPACE}/secrets/foresight-warmpool-tls")["data"]["ca.crt"])
+    ctx = ssl.create_default_context(cadata=ca.decode())
+    # the certificate names foresight-warmpool.<ns>.svc, which this host cannot resolve: the chain
+    # is still checked against the chart's CA, only the name is not
+    ctx.check_hostname = False
+    return f"https://{svc['clusterIP']}:{svc['ports'][0]['port']}", ctx
+
+
+def test_a_warm_pool_hands_its_warm_pod_to_a_caller_allowed_to_claim_and_refuses_one_who_is_not(node, release):
+    import httpx
+
+    from tests.cluster.nodenet import POD_CIDR
+
+    cp = node.cp
+    pool = f"{APP_NS}-{WARM_POOL}"
+    t0 = time.monotonic()
+    cp.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(_warm_pool(node.images["busybox"]["ref"])))
+    pods_path = f"/api/v1/namespaces/{APP_NS}/pods"
+
+    def warm():
+        pods = cp.admin.json(pods_path, labelSelector=f"foresight.dev/pool={pool},foresight.dev/state=warm")["items"]
+        return [p for p in pods if p["status"].get("phase") == "Running" and p["status"].get("podIP")]
+
+    (pod,) = wait_for("the WarmPool's warm pod Running", warm, timeout=180, interval=1,
+                      detail=lambda: f"{chart.pods_detail(cp)}\n{cp.admin.json(pods_path)['items']}"[:4000])
+    _log(f"WarmPool created -> its warm pod Running in {time.monotonic() - t0:.1f} s")
+    name, ip = pod["metadata"]["name"], pod["status"]["podIP"]
+    assert pod["spec"]["runtimeClassName"] == "crun" and pod["spec"]["nodeName"] == node.name
+    assert ipaddress.ip_address(ip) in ipaddress.ip_network(POD_CIDR)
+    url, ctx = _warmpool_api(cp)
+    stranger, claimer = _claimer_token(cp, "stranger", False), _claimer_token(cp, "claimer", True)
+    bearer = lambda token: {"Authorization": f"Bearer {token}"}  # noqa: E731
+    with httpx.Client(verify=ctx, timeout=30) as api, httpx.Client(timeout=2) as app:
+        r = api.post(f"{url}/api/v1/pools/{pool}/claim", headers=bearer(stranger))
+        assert r.status_code == 403, r.text  # no claim on warmpools in this namespace
+        assert api.post(f"{url}/api/v1/pools/{pool}/claim").status_code == 401  # no token at all
+        t1 = time.monotonic()
+        r = api.post(f"{url}/api/v1/pools/{pool}/claim", headers=bearer(claimer))
+        assert r.status_code == 200, r.text
+        got = r.json()
+        assert (got["cold_start"], got["container_id"], got["endpoint"]) == (False, name, ip), got
+
+        def answers():
+            try:
+                r = app.get(f"http://{ip}:{WARM_PORT}/")
+                return r.status_code == 200 and r.text.strip()
+            except httpx.HTTPError:
+                return None
+
+        assert wait_for("the claimed pod answering", answers, timeout=30, interval=0.05) == name
+        _log(f"warm claim (TLS, TokenReview, SubjectAccessReview) -> the pod answering in {time.monotonic() - t1:.3f} s")
+        labels = cp.admin.json(f"{pods_path}/{name}")["metadata"]["labels"]
+        assert (labels["foresight.dev/state"], labels["app"]) == ("claimed", WARM_POOL), labels
+        body = {"container_id": name}
+        r = api.post(f"{url}/api/v1/pools/{pool}/release", json=body, headers=bearer(stranger))
+        assert r.status_code == 403, r.text  # only the claimer releases its claim
+        r = api.post(f"{url}/api/v1/pools/{pool}/release", json=body, headers=bearer(claimer))
+        assert r.status_code == 200, r.text
+    # the WarmPool deleted: the controller drops the pool and its pods
+    r = cp.admin.delete(f"/apis/foresight.dev/v1alpha1/namespaces/{APP_NS}/warmpools/{WARM_POOL}")
+    assert r.status_code == 200, r.text
+    wait_for("the pool's pods gone with the WarmPool", lambda: not cp.admin.json(pods_path, labelSelector=f"foresight.dev/pool={pool}")["items"],
+             timeout=120, interval=1, detail=lambda: str(cp.admin.json(pods_path, labelSelector=f"foresight.dev/pool={pool}")["items"])[:3000])
+
+
+def test_the_warm_pool_under_minutes_of_the_functions_trace_as_the_simulator_counts_them(node, release):
+    """bench/real_node_warmpool.py's quick run on this release: 3 held-out functions, 4 minutes."""
+    from bench.common import serverless_dir
+    from bench.real_node_warmpool import experiment, table
+
+    doc = experiment(node, chart.NAMESPACE, quick=True, data_dir=serverless_dir(quick=True), progress=_log)
+    _log(table(doc))
+    n, s = doc["node"], doc["simulator"]
+    assert n["failed"] == 0, n["errors"]
+    assert n["claims"] == s["claims"] > 0  # every invoked function-minute claimed once, on both
+    assert n["warm"] + n["cold"] == n["claims"] and n["cold"] >= 1  # pools start empty: the first claim is cold
+    assert n["cold_serving_s"]["n"] == n["cold"] and n["cold_serving_s"]["p50_s"] > 0
+    if n["warm"]:
+        assert n["warm_serving_s"]["p50_s"] < n["cold_serving_s"]["p50_s"], n  # a warm pod serves sooner than a new one
 
 
 def test_deleting_an_adapter_pod_the_other_serves_and_the_deployment_restarts_it(node, release):
@@ -297,7 +420,7 @@ def test_restarting_the_kubelet_the_pods_keep_serving_and_the_node_comes_back(no
     t = threading.Thread(target=restart, daemon=True)
     t.start()
     # the kubelet's pods run under containerd meanwhile; the HPA's reads go kubelet-free
-    res = _poll_metric(cp, lambda: not t.is_alive() and chart.ready_by_component(cp) == chart.DEFAULT_PODS,
+    res = _poll_metric(cp, lambda: not t.is_alive() and chart.ready_by_component(cp) == PODS,
                        seconds_after=10, limit=240)
     t.join(1)
     _log(f"kubelet restarted: node Ready in {seconds.get('node', float('nan')):.1f} s, every release pod Ready after "
@@ -342,7 +465,7 @@ def test_helm_upgrade_keeps_the_certificate_and_uninstall_leaves_only_what_is_ke
     args = [a for d in cp.admin.json(f"/apis/apps/v1/namespaces/{chart.NAMESPACE}/deployments")["items"]
             for c in d["spec"]["template"]["spec"]["containers"] for a in c.get("args", []) if a.startswith("--log-format")]
     assert args and set(args) == {"--log-format=json"}, args
-    chart.wait_release_ready(node)
+    chart.wait_release_ready(node, PODS)
     wait_for("the metric after the upgrade", lambda: _metric(cp).status_code == 200, timeout=60)
     _log(f"helm upgrade (logFormat=json) -> every pod Ready again in {time.monotonic() - t0:.1f} s")
     assert cp.admin.json("/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.external.metrics.k8s.io")["spec"]["caBundle"] == ca
