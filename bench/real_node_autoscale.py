@@ -13,7 +13,10 @@ flat, then a daily rise of 4.5x within ten minutes, then the peak. Scaled so the
   config: 14 days at 60 s, models auto, horizon 12) and ``foresight serve`` answer it.
 - ``reactive``: an autoscaling/v2 HPA on CPU utilization 70% with the predictive HPA's behaviour.
 - ``reactive-default``: the same with Kubernetes' default behaviour (5-minute scale-down window).
-All three read the real metrics-server; the controller manager syncs HPAs every 15 s.
+All three read the real metrics-server; the controller manager syncs HPAs every 15 s. A second
+PredictiveAutoscaler, in Observe mode, watches the ``reactive`` copy (whose own HPA it leaves
+alone): its would-have line is what Act mode would have done on the same demand, compared with
+what the ``predictive`` copy's HPA did.
 
 History: 14 days of the same trace before the segment, as the predictive copy's CPU counter,
 backfilled into the node's Prometheus and ending where the live load starts
@@ -35,6 +38,7 @@ from pathlib import Path
 
 NS = "bench-autoscale"
 COPIES = ("predictive", "reactive", "reactive-default")
+OBSERVED = "reactive"  # the copy an Observe-mode PredictiveAutoscaler watches
 CPU_MS_PER_REQUEST = 20.0
 CPU_REQUEST = 0.2  # cores, request = limit
 # measured on this node: a request costs ~10% more CPU than its burn (HTTP parsing, a new
@@ -91,13 +95,14 @@ def create_autoscalers(cp) -> dict:
     behaviour of the HPA the operator wrote."""
     from tests.cluster.controlplane import wait_for
 
-    pa = {"apiVersion": "foresight.dev/v1alpha1", "kind": "PredictiveAutoscaler", "metadata": {"name": "predictive", "namespace": NS},
-          "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "predictive"},
-                   "minReplicas": 1, "maxReplicas": MAX_REPLICAS,
-                   "metrics": [{"name": "cpu", "type": "Resource", "cpuRequestCores": CPU_REQUEST}]}}
-    r = cp.admin.post(f"/apis/foresight.dev/v1alpha1/namespaces/{NS}/predictiveautoscalers", pa)
-    if r.status_code != 201:
-        raise RuntimeError(f"PredictiveAutoscaler: {r.status_code} {r.text[:300]}")
+    for name, mode in (("predictive", "Act"), (OBSERVED, "Observe")):
+        pa = {"apiVersion": "foresight.dev/v1alpha1", "kind": "PredictiveAutoscaler", "metadata": {"name": name, "namespace": NS},
+              "spec": {"mode": mode, "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                       "minReplicas": 1, "maxReplicas": MAX_REPLICAS,
+                       "metrics": [{"name": "cpu", "type": "Resource", "cpuRequestCores": CPU_REQUEST}]}}
+        r = cp.admin.post(f"/apis/foresight.dev/v1alpha1/namespaces/{NS}/predictiveautoscalers", pa)
+        if r.status_code != 201:
+            raise RuntimeError(f"PredictiveAutoscaler {name}: {r.status_code} {r.text[:300]}")
     hpa = wait_for("the operator's HPA for the PredictiveAutoscaler", lambda: (lambda r: r.json() if r.status_code == 200 else None)(
         cp.admin.get(f"/apis/autoscaling/v2/namespaces/{NS}/horizontalpodautoscalers/predictive")), timeout=120, interval=1)
     behavior = hpa["spec"]["behavior"]
@@ -287,7 +292,7 @@ def experiment(quick: bool, work: Path | None = None, start: str | None = None, 
         fs = Foresight(cp, work / "foresight", prom_url).start()
         ips = deploy_copies(cp, node)
         behavior = create_autoscalers(cp)
-        config = fs.trainer_config(f"{NS}/predictive")
+        config = fs.trainer_config(f"{NS}/predictive", f"{NS}/{OBSERVED}")
         fs.start_adapter(config)
         setup_s = time.monotonic() - t_setup
 
@@ -295,7 +300,7 @@ def experiment(quick: bool, work: Path | None = None, start: str | None = None, 
         cores = history_cores(p, live_unix)
         samples = counter_samples(cores, live_unix - 14 * 86400, live_unix, 30.0)
         say(t_setup, f"backfilling 14 days of history; the live segment starts in {live_unix - time.time():.0f} s")
-        bf = backfill(node, prom_url, prom_pod, [(history_labels(node, NS, "predictive"), samples)])
+        bf = backfill(node, prom_url, prom_pod, [(history_labels(node, NS, n), samples) for n in ("predictive", OBSERVED)])
         say(t_setup, "history loaded; the trainer starts")
         fs.start_trainer(config)
         store = open_store(fs.redis_url)
@@ -311,6 +316,7 @@ def experiment(quick: bool, work: Path | None = None, start: str | None = None, 
         node.check_alive()
         hpas = {h["metadata"]["name"]: h for h in cp.admin.json(f"/apis/autoscaling/v2/namespaces/{NS}/horizontalpodautoscalers")["items"]}
         pa = cp.admin.json(f"/apis/foresight.dev/v1alpha1/namespaces/{NS}/predictiveautoscalers/predictive")
+        observe = cp.admin.json(f"/apis/foresight.dev/v1alpha1/namespaces/{NS}/predictiveautoscalers/{OBSERVED}")
     finally:
         errors = node.stop()
         cp.stop()
@@ -322,4 +328,5 @@ def experiment(quick: bool, work: Path | None = None, start: str | None = None, 
             "trainer_started_unix": fs.trainer_started_at, "setup_seconds": setup_s, "backfill": bf, "behavior": behavior,
             "plan": p, "records": records, "rows": obs.rows, "pod_ready": obs.pod_ready, "forecasts": obs.forecasts,
             "hpa_status": {n: h.get("status") for n, h in hpas.items()}, "pa_status": pa.get("status"),
+            "observe_status": (observe.get("status") or {}).get("observe"),
             "cleanup_errors": errors, "work_dir": str(work)}

@@ -68,9 +68,37 @@ def summarise(raw: dict) -> dict:
             "setup_seconds": round(raw["setup_seconds"], 1), "backfill": raw["backfill"], "behavior": raw["behavior"],
             "forecasts": [{**f, "generated_after_live_s": round(f["generated_at"] - live, 1)} for f in raw["forecasts"]],
             "pa_status": raw["pa_status"], "observer_gaps": sum(1 for r in raw["rows"] if "error" in r),
-            "cleanup_errors": raw["cleanup_errors"], "copies": copies,
+            "cleanup_errors": raw["cleanup_errors"], "copies": copies, "observe": observe_against_act(raw, rows),
             "ratios": {"breach_minutes_pred_over_reactive": _ratio(copies["predictive"]["breach_minutes"], copies["reactive"]["breach_minutes"]),
                        "replica_minutes_pred_over_reactive": _ratio(copies["predictive"]["replica_minutes"], copies["reactive"]["replica_minutes"])}}
+
+
+def observe_against_act(raw: dict, rows: list[dict]) -> dict | None:
+    """The Observe-mode autoscaler's would-have line (on the reactive copy) against what the
+    predictive copy's HPA set on the same demand: at each of the operator's syncs in the live
+    segment, the would-have replicas beside the predictive HPA's desired replicas polled last."""
+    st = raw.get("observe_status")
+    if not st or not st.get("recent"):
+        return None
+    live, rise = raw["live_unix"], raw["rise_unix"]
+    end = live + raw["plan"].segment.length_s
+    polled = [(r["t"], r.get("predictive_desired")) for r in rows if r.get("predictive_desired") is not None]
+    pairs = []
+    for t, would, _actual in st["recent"]:
+        if live <= t <= end:
+            act = next((d for pt, d in reversed(polled) if pt <= t), None)
+            if act is not None:
+                pairs.append((t, int(would), int(act)))
+    if not pairs:
+        return None
+    diff = [abs(w - a) for _, w, a in pairs]
+    first = pairs[0][1]
+    raise_t = next((t for t, w, _ in pairs if w > first), None)
+    return {"syncs": len(pairs), "equal_share": round(sum(d == 0 for d in diff) / len(diff), 3),
+            "within_one_share": round(sum(d <= 1 for d in diff) / len(diff), 3), "max_abs_difference": max(diff),
+            "would_have_replica_minutes": round(_integral_minutes([{"t": t, "w": w} for t, w, _ in pairs], "w", live, end), 2),
+            "first_would_have_raise_after_rise_s": None if raise_t is None else round(raise_t - rise, 1),
+            "under_capacity_minutes": st.get("underCapacityMinutes")}
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -153,4 +181,10 @@ def table(doc: dict) -> str:
     lines.append(f"times relative to the demand's rise ({doc['rise_after_live_start_s']:.0f} s after the live start); "
                  f"SLO {doc['slo_ms']:.0f} ms; first forecast {doc['first_forecast_before_rise_s']:.0f} s before the rise "
                  f"(model {doc['first_forecast']['model']}, served source {doc['first_forecast']['source']})")
+    o = doc.get("observe")
+    if o:
+        lines.append(f"Observe mode on the reactive copy: would-have = the predictive HPA's desired replicas at {o['equal_share']:.0%} "
+                     f"of {o['syncs']} syncs (within one {o['within_one_share']:.0%}, at most {o['max_abs_difference']} apart); "
+                     f"would-have {o['would_have_replica_minutes']:.1f} replica-min, first raise {s(o['first_would_have_raise_after_rise_s'])} s; "
+                     f"under-capacity minutes {o['under_capacity_minutes']}")
     return "\n".join(lines)

@@ -140,18 +140,18 @@ class Foresight:
                                                "--warmpool-config-map="])
         self.operator_log = proc.log
 
-    def trainer_config(self, workload: str) -> Path:
-        """The operator's effective trainer config as a file, once it lists ``workload`` (the
-        chart mounts that ConfigMap into the trainer and the adapter)."""
+    def trainer_config(self, *workloads: str) -> Path:
+        """The operator's effective trainer config as a file, once it lists every one of
+        ``workloads`` (the chart mounts that ConfigMap into the trainer and the adapter)."""
         cp = self.cp
 
         def config() -> str | None:
             r = cp.admin.get("/api/v1/namespaces/foresight/configmaps/foresight-trainer-config")
             text = r.json().get("data", {}).get("workloads.yaml", "") if r.status_code == 200 else ""
             names = [f"{w['namespace']}/{w['name']}" for w in (yaml.safe_load(text) or {}).get("workloads") or []]
-            return text if workload in names else None
+            return text if set(workloads) <= set(names) else None
 
-        text = wait_for(f"the operator's trainer config listing {workload}", config, timeout=120, interval=1,
+        text = wait_for(f"the operator's trainer config listing {', '.join(workloads)}", config, timeout=120, interval=1,
                         detail=lambda: self.operator_log.read_text()[-2000:])
         path = self.dir / "workloads.yaml"
         path.write_text(text)
