@@ -261,10 +261,10 @@ class Claims:
             got, timings = self.backend(spec).cold_start(spec, self._new_id(spec.name), self.clock(), lease_expires_at)
         except BackendError as exc:
             raise ClaimFailed(f"pool {spec.name!r}: cold start failed: {exc}") from exc
-        self._observe_start(spec.runtime_class, timings)
         with self._lock:
             st.containers[got.id] = got
             st.touched.add(got.id)
+        self._observe_start(st, got, timings)
         return got
 
     def release(self, pool: str, container_id: str) -> Container:

@@ -77,13 +77,18 @@ def register(subparsers) -> None:
 
 
 def _validate(args) -> int:
+    from warmpool.coldstart import ColdStartModel
     from warmpool.policy import load_policy
 
     policy = load_policy(args.policy)  # raises ConfigError (a UserError) listing every problem
+    model = ColdStartModel(policy.runtime_classes)
     for p in policy.pools:
+        cold = model.estimate(p.start_kind, p.runtime_class)
         print(f"ok  pool {p.name}: {p.backend}/{p.runtime_class}, series {p.series}, warm {p.min_warm}..{p.max_warm}, "
               f"lead {p.lead_seconds:g}s, idle TTL {p.idle_ttl.initial_seconds:g}s x (1-{p.idle_ttl.decay:g})^k >= {p.idle_ttl.floor_seconds:g}s, "
               f"idle model {'on' if p.idle_model.enabled else 'off'} ({p.idle_model.bin_seconds:g}s bins), memory {p.memory_mb:g}Mi")
+        print(f"    cold start ({p.start_kind}, {p.runtime_class}) p50/p90/p99 {'/'.join(f'{v / 1000:.3g}' for v in cold.total_ms)} s: "
+              f"{cold.source}; the forecast window is lead + T_cold p90 = {p.lead_seconds + cold.total_ms[1] / 1000:.1f}s")
     b = policy.memory_budget
     print(f"ok  memory budget: idle memory <= {b.fraction:g} x a fixed {b.reference_keepalive_seconds:g}s keep-alive's")
     print(f"{args.policy}: valid ({len(policy.pools)} pool(s))")

@@ -1,6 +1,6 @@
 """The thin runner around ``reconcile_once``: observe -> decide (pure) -> apply, with the
-clock injected; plus claim/release, metrics (``warmpool.metrics``) and policy reload
-(``warmpool.watcher``).
+clock injected; plus claim/release, metrics (``warmpool.metrics``), policy reload
+(``warmpool.watcher``) and what the cold-start model learns of its starts (``warmpool.starts``).
 
 State lives in the backend (``Backend.list``), so a restarted controller adopts what exists.
 The controller's memory only adds what is in flight (containers being claimed right now), the
@@ -32,6 +32,7 @@ from warmpool.metrics import Metrics
 from warmpool.planner import ForesightPolicy
 from warmpool.policy import Policy, PoolSpec
 from warmpool.reconcile import Actions, Container, PoolObserved, PoolStatus, WarmPolicy, reconcile_once
+from warmpool.starts import Starts
 from warmpool.ttl import DecayState
 from warmpool.watcher import PolicyWatcher
 
@@ -67,13 +68,16 @@ class _PoolState:
     has_creating: bool = False
     cold_window: deque = field(default_factory=deque)  # times of recent cold starts (max_cold_per_minute)
     leases: dict[str, float] = field(default_factory=dict)  # claimed container -> lease expiry
+    # containers this controller started whose start the backend has not reported yet (a pod's
+    # is known once it is Ready); each start is recorded once, and adopted ones never
+    starting: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         if self.meter is None:
             self.meter = DemandMeter(self.spec.idle_model.bin_seconds)
 
 
-class Controller(Claims):
+class Controller(Claims, Starts):
     def __init__(
         self,
         policy: Policy,
@@ -125,7 +129,7 @@ class Controller(Claims):
                     st.spec = spec
             self.policy = policy
             self.warm_policy.configure(policy)
-            self.coldstart.profiles.update(policy.runtime_classes)
+            self.coldstart.set_profiles(policy.runtime_classes)
 
     # --- observe / decide / apply ----------------------------------------------------------
 
@@ -134,21 +138,19 @@ class Controller(Claims):
             states = list(self._pools.values())
             for st in states:
                 st.touched = set()
-        p90: dict[str, float] = {}  # one estimate per runtime class and round
-        out: dict[str, PoolObserved] = {}
-        for st in states:
-            rc = st.spec.runtime_class
-            if rc not in p90:
-                p90[rc] = self.coldstart.p90_seconds(rc)
-            out[st.spec.name] = self._observe_pool(st, now, p90[rc])
-        return out
+        p90: dict[tuple[str, str], float] = {}  # one estimate per start kind, runtime class and round
+        return {st.spec.name: self._observe_pool(st, now, p90) for st in states}
 
-    def _observe_pool(self, st: _PoolState, now: float, cold_p90: float) -> PoolObserved:
+    def _observe_pool(self, st: _PoolState, now: float, p90: dict[tuple[str, str], float]) -> PoolObserved:
         try:
             listed = self.backend(st.spec).list(st.spec)
         except (BackendError, UserError) as exc:
             log.warning("pool %s: cannot list containers: %s", st.spec.name, exc)
             listed = list(st.containers.values())
+        key = (self.start_kind(st.spec), st.spec.runtime_class)
+        self._learn_starts(st, listed, key[0])
+        if key not in p90:  # after learning: a start seen Ready now counts now
+            p90[key] = self.coldstart.p90_seconds(*key)
         with self._lock:
             merged: dict[str, Container] = {}
             for c in listed:
@@ -161,6 +163,7 @@ class Controller(Claims):
                 if cid in st.containers and cid not in merged:
                     merged[cid] = st.containers[cid]
             st.containers = merged
+            st.starting &= merged.keys()  # gone before it was Ready: nothing to learn
             st.cands = None
             st.has_creating = any(c.state == "creating" for c in merged.values())
             view = tuple(c.replace(state="claimed") if c.id in st.claiming else c for c in merged.values())
@@ -170,7 +173,7 @@ class Controller(Claims):
                 decay_k=st.decay.k,
                 failures=st.failures,
                 retry_at=st.retry_at,
-                cold_start_p90_seconds=cold_p90,
+                cold_start_p90_seconds=p90[key],
                 last_error=st.last_error,
             )
 
@@ -181,6 +184,7 @@ class Controller(Claims):
             listed = self.backend(st.spec).list(st.spec)
         except (BackendError, UserError):
             return
+        self._learn_starts(st, listed, self.start_kind(st.spec))
         with self._lock:
             for c in listed:
                 cur = st.containers.get(c.id)
@@ -339,7 +343,7 @@ class Controller(Claims):
                 self.metrics.of("failures", pool).inc()
                 log.warning("pool %s: creating a container failed (%d in a row, retry in %.1fs): %s", pool, st.failures, delay, exc)
                 return
-            self._observe_start(st.spec.runtime_class, timings)
+            self._observe_start(st, c, timings)
             with self._lock:
                 st.failures = 0
                 st.last_error = ""
@@ -348,12 +352,6 @@ class Controller(Claims):
                 st.touched.add(c.id)
                 st.cands = None
                 st.has_creating = st.has_creating or c.state == "creating"
-
-    def _observe_start(self, runtime_class: str, timings: Mapping[str, float]) -> None:
-        try:
-            self.coldstart.observe(runtime_class, **{f"{k}_ms": float(v) for k, v in timings.items() if k in ("runtime", "image", "sandbox")})
-        except ValueError:
-            pass
 
     def _export(self, actions: Actions) -> None:
         with self._lock:
@@ -372,11 +370,7 @@ class Controller(Claims):
         price = getattr(self.warm_policy, "price", None)
         if price is not None:
             self.metrics.price.set(price.price)
-        for rc in {p.runtime_class for p in self.policy.pools}:
-            est = self.coldstart.estimate(rc)
-            for comp, vals in [("total", est.total_ms), *est.components_ms.items()]:
-                for q, v in zip(("p50", "p90", "p99"), vals):
-                    self.metrics.of("model", rc, comp, q).set(v / 1000.0)
+        self._export_model()
 
     # --- views -----------------------------------------------------------------------------
 
@@ -409,10 +403,6 @@ class Controller(Claims):
                     }
                 )
             return {"pools": pools, "policy": self.warm_policy.name, "store_error": self.store_error, "policy_error": self.policy_error}
-
-    def coldstart_view(self) -> list[dict]:
-        rcs = sorted({p.runtime_class for p in self.policy.pools} | set(self.coldstart.runtime_classes()))
-        return [self.coldstart.estimate(rc).as_dict() for rc in rcs]
 
     # --- runner ----------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@
       containers removed without being claimed since they last became idle
   foresight_warmpool_claim_latency_seconds{result}                     histogram
   foresight_warmpool_creation_failures_total, _dead_replaced_total     counters per pool
-  foresight_warmpool_cold_start_model_seconds{runtime_class,component,quantile}
+  foresight_warmpool_cold_start_model_seconds{start,runtime_class,component,quantile}
   foresight_warmpool_memory_price                                      the idle-memory price
 """
 
@@ -42,7 +42,7 @@ class Metrics:
             p + "claim_latency_seconds", "Claim latency", ["pool", "result"], registry=r,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
         )
-        self.model = Gauge(p + "cold_start_model_seconds", "Cold-start model quantiles", ["runtime_class", "component", "quantile"], registry=r)
+        self.model = Gauge(p + "cold_start_model_seconds", "Cold-start model quantiles", ["start", "runtime_class", "component", "quantile"], registry=r)
         self.price = Gauge(p + "memory_price", "Cold starts one idle GB-bin is worth (odds), set by the memory budget", registry=r)
         self._children: dict = {}
         self._last: dict[str, tuple] = {}

@@ -4,7 +4,7 @@ with its path and value).
 ```yaml
 apiVersion: foresight/v1alpha1
 kind: WarmPoolPolicy
-runtime_classes:            # optional: extra cold-start profiles (ms), or overrides
+runtime_classes:            # optional: extra container-start seeds (ms), or overrides
   gvisor: {runtime_ms: [20, 30, 50], image_ms: [40, 66, 104], sandbox_ms: [120, 160, 230]}
 memory_budget:              # optional; shared by every pool of one controller
   fraction: 1.0             # idle memory <= this fraction of what a fixed keep-alive would hold
@@ -14,7 +14,7 @@ pools:
     workload: {namespace: shop, name: checkout}
     series: shop/checkout   # forecast series driving the pool (default namespace/name)
     quantile: p90           # forecast quantile where the forecast carries no serving policy (default p90, else mean)
-    runtime_class: crun     # crun, kata, runc or a name from runtime_classes
+    runtime_class: crun     # crun, kata, runc (kubernetes also gvisor) or a name from runtime_classes
     backend: crun           # crun, runc, kubernetes or sim
     template:
       image: busybox        # kubernetes image; local backends use a busybox-static bundle
@@ -50,10 +50,11 @@ from typing import Any, Mapping
 from forecaster.config import read_yaml
 from forecaster.errors import ConfigError
 from warmpool.checker import Checker
+from warmpool.coldstart import CONTAINER, POD, RuntimeProfile, seeded_classes
 from warmpool.ttl import IdleTTL
 
-BACKENDS = ("crun", "runc", "kubernetes", "sim")
-BUILTIN_RUNTIME_CLASSES = ("crun", "kata", "runc")
+# each backend and the kind of start it makes (its ``start_kind``; the sim backend's default)
+BACKENDS = {"crun": CONTAINER, "runc": CONTAINER, "kubernetes": POD, "sim": CONTAINER}
 DEFAULT_MAX_COLD_PER_MINUTE = 30  # cold starts per pool per sliding minute (claims beyond get 429)
 DEFAULT_LEASE_SECONDS = 300.0  # a claim's lease unless renewed
 LEASE_EXPIRY_ACTIONS = ("delete", "release")
@@ -69,15 +70,6 @@ class Template:
     image: str = "busybox"
     command: tuple[str, ...] = ("sleep", "3600")
     resources: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class RuntimeProfile:
-    """Seed cold-start components (ms, as (p50, p90, p99)) of a runtime class."""
-
-    runtime_ms: tuple[float, float, float]
-    image_ms: tuple[float, float, float]
-    sandbox_ms: tuple[float, float, float]
 
 
 @dataclass(frozen=True)
@@ -147,6 +139,11 @@ class PoolSpec:
         if self.request_rate is not None and self.demand != "cpu":
             out += (self.request_rate.series,)
         return out
+
+    @property
+    def start_kind(self) -> str:
+        """What a start of this pool is: a container or a pod (its backend's ``start_kind``)."""
+        return BACKENDS[self.backend]
 
     @cached_property
     def memory_mb(self) -> float:
@@ -308,9 +305,12 @@ def _pool(c: Checker, item: Any, i: int, known_rc: set[str], seen: set[str]) -> 
         c.add(f"{p}.series", "must be a non-empty forecast series id like <namespace>/<name>")
     quantile = c.string(d, "quantile", p, "p90", pattern=re.compile(r"mean|p[0-9]+(\.[0-9]+)?"), hint="must be 'mean' or a quantile key like p50, p90")
     runtime_class = c.string(d, "runtime_class", p, "crun")
-    if runtime_class not in known_rc:
-        c.add(f"{p}.runtime_class", f"{runtime_class!r} has no cold-start profile; known: {', '.join(sorted(known_rc))} (add it under runtime_classes)")
     backend = c.string(d, "backend", p, "crun", choices=BACKENDS)
+    kind = BACKENDS.get(backend or "crun", CONTAINER)
+    known = seeded_classes(kind) | known_rc
+    if runtime_class not in known:
+        c.add(f"{p}.runtime_class", f"{runtime_class!r} has no {kind}-start seed (backend {backend} starts {kind}s); "
+                                    f"known: {', '.join(sorted(known))} (add it under runtime_classes)")
     min_warm = c.number(d, "min_warm", p, 0, lo=0, integer=True)
     max_warm = c.number(d, "max_warm", p, 10, lo=0, integer=True)
     if isinstance(min_warm, int) and isinstance(max_warm, int) and min_warm > max_warm:
@@ -350,7 +350,7 @@ def parse_policy(data: Any, source: str = "<policy>") -> Policy:
         c.add("kind", f"{top['kind']!r} must be WarmPoolPolicy")
     rc = top.get("runtime_classes")
     profiles = _runtime_classes(c, rc)
-    known_rc = set(BUILTIN_RUNTIME_CLASSES) | set(profiles) | (set(rc) if isinstance(rc, dict) else set())
+    known_rc = set(profiles) | (set(rc) if isinstance(rc, dict) else set())
     budget = _memory_budget(c, top.get("memory_budget"))
     raw = top.get("pools")
     if "pools" in top and not isinstance(raw, list):

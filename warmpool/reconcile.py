@@ -44,6 +44,7 @@ class Container:
     version: str = ""  # backend's optimistic-concurrency token (Kubernetes resourceVersion)
     started: bool = False  # its process was started once (a released container keeps running)
     lease_expires_at: float | None = None  # a claim's lease, persisted with it (warmpool.claims)
+    start_ms: float | None = None  # its start's duration when the backend learns it after the fact (a pod: create -> Ready)
 
     def replace(self, **kw) -> "Container":
         """A copy with ``kw`` changed (no re-validation: the fields are plain values, and

@@ -5,6 +5,7 @@ drives it."""
 
 from __future__ import annotations
 
+import calendar
 import copy
 import json
 import re
@@ -132,6 +133,17 @@ class FakeKubernetes:
         with self.lock:
             pod = self.pods[(ns, name)]
             pod["status"]["phase"] = phase
+            self._bump(pod)
+
+    def set_ready(self, ns: str, name: str, after_seconds: float) -> None:
+        """The kubelet's part: the pod runs and its Ready condition turned True
+        ``after_seconds`` after its creationTimestamp (server timestamps: whole seconds)."""
+        with self.lock:
+            pod = self.pods[(ns, name)]
+            created = calendar.timegm(time.strptime(pod["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ"))
+            ready = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created + after_seconds))
+            pod["status"]["phase"] = "Running"
+            pod["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastTransitionTime": ready}]
             self._bump(pod)
 
     def handle(self, method, ns, name, query, body, content_type):

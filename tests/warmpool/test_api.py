@@ -64,7 +64,10 @@ def test_a_claim_reports_a_cold_start_when_the_pool_is_empty_and_release_returns
         pools = c.get(f"{url}/api/v1/pools").json()["pools"]
         assert pools[0]["pool"] == "web" and pools[0]["warm"] == 1
         cs = c.get(f"{url}/api/v1/coldstart").json()["runtime_classes"]
-        assert any(x["runtime_class"] == "crun" for x in cs)
+        assert (cs[0]["start"], cs[0]["runtime_class"], cs[0]["total_ms"]["p90"]) == ("container", "crun", 136.0)  # the pool's
+        by = {(x["start"], x["runtime_class"]): x for x in cs}
+        assert by[("pod", "crun")]["total_ms"]["p90"] == 3693.0 and by[("pod", "crun")]["source"].startswith("seed (measured")
+        assert by[("container", "kata")]["source"] == by[("pod", "kata")]["source"] == "seed (not measured: no Kata runtime here)"
         m = c.get(f"{url}/metrics").text
         for name in ["foresight_warmpool_warm", "foresight_warmpool_claimed", "foresight_warmpool_expired_unused_total",
                      "foresight_warmpool_cold_starts_total", "foresight_warmpool_wasted_container_seconds_total",

@@ -21,6 +21,11 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_validate_prints_each_pool_for_a_good_policy_and_every_problem_for_a_bad_one(tmp_path, capsys):
     assert main(["warmpool", "validate", str(EXAMPLE_POLICY)]) == 0
     assert "valid (1 pool(s))" in capsys.readouterr().out
+    assert main(["warmpool", "validate", str(ROOT / "warmpool" / "examples" / "kubernetes.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "cold start (pod, crun) p50/p90/p99 3.28/3.69/4.42 s: seed (measured" in out
+    assert "lead + T_cold p90 = 93.7s" in out
+    assert "cold start (pod, kata) p50/p90/p99 3.69/4.18/5.1 s: seed (not measured: no Kata runtime here)" in out
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: foresight/v1alpha1\nkind: WarmPoolPolicy\npools:\n  - name: x\n    workload: {namespace: a, name: b}\n    max_warm: -1\n    lead: 3\n")
     assert main(["warmpool", "validate", str(bad)]) == 2

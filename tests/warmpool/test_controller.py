@@ -150,7 +150,7 @@ def test_a_policy_reload_keeps_the_warm_containers_and_a_broken_file_keeps_the_o
 def test_the_cold_start_model_is_exported_as_metrics(clock):
     ctl, store, sim = setup(clock)
     ctl.step()
-    assert sample(ctl, "foresight_warmpool_cold_start_model_seconds", runtime_class="crun", component="total", quantile="p90") == pytest.approx(0.136)
+    assert sample(ctl, "foresight_warmpool_cold_start_model_seconds", start="container", runtime_class="crun", component="total", quantile="p90") == pytest.approx(0.136)
 
 
 def test_claims_racing_with_expiry_never_get_a_container_that_is_being_deleted(clock):

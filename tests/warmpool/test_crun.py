@@ -56,7 +56,7 @@ def test_real_containers_are_prewarmed_claimed_and_expired_by_the_controller(mak
     ctl.step()
     assert runtime_states(backend) == {}  # expire = delete
     assert list(backend.bundles.iterdir()) == [] and list(backend.meta.iterdir()) == []
-    assert ctl.coldstart.estimate(runtime).components_ms["sandbox"][0] > 0
+    assert ctl.coldstart.estimate("container", runtime).components_ms["sandbox"][0] > 0
 
 
 def test_a_restarted_controller_adopts_its_containers_instead_of_making_new_ones(make, crun_ok, tmp_path):

@@ -10,8 +10,13 @@ import pytest
 from forecaster.store import MemoryForecastStore, make_forecast
 from tests.warmpool.conftest import make_policy
 from tests.warmpool.k8s_fake import FakeKubernetes
+from tests.warmpool.test_controller import sample
+from warmpool.backends.crun import CrunBackend
 from warmpool.backends.kubernetes import KubernetesBackend
+from warmpool.backends.sim import SimBackend
+from warmpool.coldstart import CONTAINER, POD, ColdStartModel
 from warmpool.controller import Controller
+from warmpool.policy import BACKENDS
 
 
 @pytest.fixture
@@ -92,3 +97,79 @@ def test_a_failing_placement_provider_never_blocks_warm_pod_creation(fake, clock
     ctl.step()
     assert len(fake.pods) == 2
     assert "affinity" not in next(iter(fake.pods.values()))["spec"]
+
+
+def rising(clock, store, low, high, rise_at):
+    """A forecast at ``low`` cores that steps to ``high`` ``rise_at`` s from now (1-s steps)."""
+    values = [low] * (rise_at - 1) + [high] * 30
+    store.publish(make_forecast("demo/web", origin=clock(), step_seconds=1, mean=values, quantiles={"p90": values}, model="t", generated_at=clock()))
+
+
+def test_a_pod_pool_leads_by_a_pod_start_and_a_container_pool_by_a_container_start(fake, clock):
+    """The forecast window is [now, now + lead + T_cold p90]: a pod's seed (crun, 3.69 s,
+    measured on the node) reaches a rise 93 s ahead; a container's (0.136 s) does not."""
+    assert KubernetesBackend.start_kind == POD and CrunBackend.start_kind == CONTAINER and SimBackend(clock).start_kind == CONTAINER
+    assert {name: kind for name, kind in BACKENDS.items()} == {"crun": CONTAINER, "runc": CONTAINER, "kubernetes": POD, "sim": CONTAINER}
+    targets = {}
+    for name, backend in [("kubernetes", KubernetesBackend(host=fake.url)), ("sim", SimBackend(clock))]:
+        store = MemoryForecastStore()
+        rising(clock, store, 1.0, 6.0, 93)
+        policy = make_policy(backend=name, runtime_class="crun", idle_model={"enabled": False})
+        ctl = Controller(policy, store, {name: backend}, clock=clock)
+        targets[name] = ctl.step().status["web"].target_warm
+        kind = POD if name == "kubernetes" else CONTAINER
+        view = ctl.coldstart_view()[0]
+        assert (view["start"], view["runtime_class"]) == (kind, "crun")  # the pool's own first
+        assert sample(ctl, "foresight_warmpool_cold_start_model_seconds", start=kind, runtime_class="crun",
+                      component="total", quantile="p90") == pytest.approx(3.693 if kind == POD else 0.136)
+    assert targets == {"kubernetes": 6, "sim": 1}
+    # a sim backend told to start pods models the kubernetes backend's
+    store = MemoryForecastStore()
+    rising(clock, store, 1.0, 6.0, 93)
+    ctl = Controller(make_policy(runtime_class="crun", idle_model={"enabled": False}), store, {"sim": SimBackend(clock, start_kind=POD)}, clock=clock)
+    assert ctl.step().status["web"].target_warm == 6
+
+
+def test_each_pod_start_is_learned_once_from_its_ready_condition_and_adopted_pods_never(clock):
+    """A pod's start (creationTimestamp -> Ready) is recorded once, when the controller that
+    created it first lists it Ready; the learned p90 then widens the pool's forecast window.
+    A restarted controller adopts the pods without recording them."""
+    fake = FakeKubernetes(initial_phase="Pending").start()
+    try:
+        store = MemoryForecastStore()
+        rising(clock, store, 1.0, 4.0, 105)
+        policy = make_policy(backend="kubernetes", runtime_class="kata", idle_model={"enabled": False}, min_warm=1)
+        backend = KubernetesBackend(host=fake.url)
+        model = ColdStartModel(policy.runtime_classes, min_observations=1)
+        ctl = Controller(policy, store, {"kubernetes": backend}, clock=clock, coldstart=model)
+        assert ctl.step().status["web"].target_warm == 1  # Kata's pod seed (4.18 s): the rise at 105 s is out of reach
+        assert model.estimate(POD, "kata").source == "seed (not measured: no Kata runtime here)"
+        (first,) = [name for _, name in fake.pods]
+        ctl.step()
+        assert model.estimate(POD, "kata").observations == 0  # Pending: nothing to learn yet
+        fake.set_ready("demo", first, 20)
+        status = ctl.step().status["web"]
+        est = model.estimate(POD, "kata")
+        assert (est.source, est.observations, est.total_ms[1]) == ("observed", 1, pytest.approx(20_000))
+        assert status.target_warm == 4  # 90 s + 20 s now reaches the rise
+        for _ in range(2):
+            ctl.step()
+        assert model.estimate(POD, "kata").observations == 1  # listed Ready again: not again
+        others = [name for _, name in fake.pods if name != first]
+        assert len(others) == 3
+        for name in others:
+            fake.set_ready("demo", name, 2)
+        ctl.claim("web")  # a claim re-lists the pool too
+        ctl.step()
+        ctl.step()
+        est = model.estimate(POD, "kata")
+        assert est.observations == 4 and est.total_ms[0] == pytest.approx(2000)  # 2, 2, 2 and 20 s
+        assert model.estimate(CONTAINER, "kata").observations == 0  # the API call is no start
+
+        fresh = ColdStartModel(policy.runtime_classes, min_observations=1)
+        restarted = Controller(policy, store, {"kubernetes": backend}, clock=clock, coldstart=fresh)
+        for _ in range(2):
+            restarted.step()
+        assert fresh.estimate(POD, "kata").observations == 0 and len(fake.pods) == 4  # adopted, not learned
+    finally:
+        fake.stop()

@@ -42,7 +42,7 @@ def test_every_problem_is_reported_at_once_with_its_path():
         "apiVersion:",
         "pools[0].name:",
         "pools[0].backend: 'docker' must be one of",
-        "pools[0].runtime_class: 'gvisor' has no cold-start profile",
+        "pools[0].runtime_class: 'gvisor' has no container-start seed",
         "pools[0].min_warm: 3 must be <= max_warm (1)",
         "pools[0].capacity_per_container: -1",
         "pools[0].lead_seconds: must be a number",
@@ -67,6 +67,15 @@ def test_a_runtime_class_registered_with_a_profile_is_accepted_and_profile_check
         parse_policy(doc)
     assert any("runtime_classes.gvisor.runtime_ms" in p for p in ei.value.problems)
     assert any("runtime_classes.gvisor.image_ms" in p for p in ei.value.problems)
+
+
+def test_a_runtime_class_needs_a_seed_for_the_kind_of_start_its_backend_makes():
+    """gVisor pods were measured on the node; a gVisor container never was."""
+    assert parse_policy(_doc(backend="kubernetes", runtime_class="gvisor")).pools[0].start_kind == "pod"
+    with pytest.raises(ConfigError) as ei:
+        parse_policy(_doc(backend="sim", runtime_class="gvisor"))
+    assert ei.value.problems == ["pools[web].runtime_class: 'gvisor' has no container-start seed (backend sim starts containers); "
+                                 "known: crun, kata, runc (add it under runtime_classes)"]
 
 
 def test_duplicate_pool_names_and_an_empty_pool_list_are_refused():

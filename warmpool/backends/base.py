@@ -31,15 +31,20 @@ class ClaimConflict(BackendError):
 @runtime_checkable
 class Backend(Protocol):
     name: str
+    # what one start makes: "container" (a local OCI container: crun, runc) or "pod" (a
+    # Kubernetes pod); the cold-start model keeps its figures per kind (warmpool.coldstart)
+    start_kind: str
 
     def list(self, pool: PoolSpec) -> list[Container]:
         """Every container of the pool that exists, with its persisted state; a container
-        whose process died is reported with state 'dead'."""
+        whose process died is reported with state 'dead'. A backend that learns a start's
+        duration only after the fact (a pod's create -> Ready) reports it as ``start_ms``."""
 
     def create(self, pool: PoolSpec, container_id: str, now: float, deadline: float) -> tuple[Container, Mapping[str, float]]:
         """Pre-warm one container (ready, user process not started). Returns the container
         (state 'warm' or 'creating') and the measured cold-start components in ms
-        (keys runtime/image/sandbox, those it measured). Raises CreateError, leaving nothing."""
+        (keys runtime/image/sandbox, those it measured; none for a pod, whose start is known
+        once it is Ready: ``Container.start_ms``). Raises CreateError, leaving nothing."""
 
     def claim(self, pool: PoolSpec, container: Container, now: float, lease_expires_at: float | None = None) -> Container:
         """Hand the container to one claimer (start its process), persisting the claim's lease

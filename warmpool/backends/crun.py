@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Mapping
 
 from warmpool.backends.base import BackendError, ClaimConflict, CreateError
+from warmpool.coldstart import CONTAINER
 from warmpool.policy import PoolSpec
 from warmpool.reconcile import Container
 
@@ -101,6 +102,8 @@ def oci_config(rootfs: Path, args: list[str], hostname: str) -> dict:
 
 class CrunBackend:
     """``runtime`` is "crun" or "runc"."""
+
+    start_kind = CONTAINER
 
     def __init__(self, state_dir: str | Path, runtime: str = "crun"):
         if runtime not in ("crun", "runc"):

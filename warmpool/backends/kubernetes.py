@@ -12,6 +12,16 @@
 Idle time, deadline and a claim's lease expiry ride along as annotations, so a restarted
 controller adopts its pods and their leases.
 
+A start here is a pod's (``start_kind = "pod"``): create -> Ready, seconds where a container
+takes milliseconds. It is reported once the pod is Ready (``Container.start_ms``), from the
+API server's ``creationTimestamp`` to the Ready condition's ``lastTransitionTime`` (written by
+the kubelet). Both have 1-s resolution, so one start is off by less than a second either way
+and the error averages out; on a multi-node cluster the kubelet's clock skew adds to it. The
+controller's own times (create call -> first listed Ready) would need no clock but add up to
+one reconcile interval of polling (5 s by default) to every start, always upward. A pod that
+turned Ready, then unready, then Ready again before it was first listed reports the last
+transition. The API call's own time is no start and is not reported.
+
 Owner: with ``owner`` (``Owner``: the controller's own Deployment by default in the manifests,
 or any object), pods in the owner's namespace carry an ownerReference to it (``controller:
 true``, so no ReplicaSet adopts a claimed pod through its ``app`` label), and Kubernetes'
@@ -33,6 +43,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from warmpool.backends.base import BackendError, ClaimConflict, CreateError
+from warmpool.coldstart import POD
 from warmpool.policy import PoolSpec
 from warmpool.reconcile import Container
 
@@ -88,8 +99,21 @@ def _f(v: Any) -> float | None:
         return None
 
 
+def _start_ms(pod) -> float | None:
+    """A Ready pod's create -> Ready in ms (server timestamps, 1-s resolution); None before."""
+    created = pod.metadata.creation_timestamp
+    if created is None or pod.status is None:
+        return None
+    for cond in pod.status.conditions or ():
+        if cond.type == "Ready" and cond.status == "True" and cond.last_transition_time is not None:
+            ms = (cond.last_transition_time.timestamp() - created.timestamp()) * 1000.0
+            return ms if ms >= 0 else None  # negative: the kubelet's clock is behind the API server's
+    return None
+
+
 class KubernetesBackend:
     name = "kubernetes"
+    start_kind = POD
 
     def __init__(self, api=None, *, host: str | None = None, kubeconfig: str | None = None, in_cluster: bool = False,
                  timeout_seconds: float = 10.0, affinity_provider: Callable[[], Mapping[str, Any] | None] | None = None,
@@ -194,6 +218,7 @@ class KubernetesBackend:
             claimed_since_idle=ann.get(CLAIMED_ANN) == "true",
             version=md.resource_version or "",
             lease_expires_at=_f(ann.get(LEASE_ANN)) if state == "claimed" else None,
+            start_ms=_start_ms(pod),
         )
 
     def list(self, pool: PoolSpec) -> list[Container]:
@@ -242,7 +267,6 @@ class KubernetesBackend:
         self.delete(PoolSpec(name="", namespace=namespace, workload="", series=""), container_id)
 
     def create(self, pool: PoolSpec, container_id: str, now: float, deadline: float) -> tuple[Container, Mapping[str, float]]:
-        t0 = time.perf_counter()
         try:
             pod = self.api.create_namespaced_pod(pool.namespace, self._pod_body(pool, container_id, "warm", now, deadline), _request_timeout=self.timeout)
         except (ApiException, OSError) as exc:
@@ -250,8 +274,7 @@ class KubernetesBackend:
             raise CreateError(f"creating pod {container_id} failed: {getattr(exc, 'status', '')} {getattr(exc, 'reason', exc)}") from exc
         c = self._to_container(pool, pod)
         assert c is not None
-        # the API call is what we measure here; the kubelet's start shows up as 'creating'
-        return c, {"sandbox": (time.perf_counter() - t0) * 1000.0}
+        return c, {}  # the start is measured once the pod is Ready (start_ms)
 
     def _patch(self, pool: PoolSpec, container: Container, labels: dict, annotations: dict):
         body: dict[str, Any] = {"metadata": {"labels": labels, "annotations": annotations}}
@@ -306,7 +329,6 @@ class KubernetesBackend:
 
     def cold_start(self, pool: PoolSpec, container_id: str, now: float,
                    lease_expires_at: float | None = None) -> tuple[Container, Mapping[str, float]]:
-        t0 = time.perf_counter()
         body = self._pod_body(pool, container_id, "claimed", now, now, lease_expires_at)
         try:
             pod = self.api.create_namespaced_pod(pool.namespace, body, _request_timeout=self.timeout)
@@ -314,7 +336,7 @@ class KubernetesBackend:
             raise CreateError(f"creating pod {container_id} failed: {getattr(exc, 'status', '')} {getattr(exc, 'reason', exc)}") from exc
         c = self._to_container(pool, pod)
         assert c is not None
-        return c.replace(state="claimed"), {"sandbox": (time.perf_counter() - t0) * 1000.0}
+        return c.replace(state="claimed"), {}
 
 
 def token_reviewer(*, host: str | None = None, kubeconfig: str | None = None, in_cluster: bool = False,

@@ -1,6 +1,8 @@
 """Discrete-event simulated containers: start latencies drawn from the cold-start model,
-time from an injected clock. For benchmarks, for ``foresight up`` where crun cannot run, and
-for controller tests that need faults on demand (``fail_creates``, ``kill``). Containers are
+time from an injected clock. It starts whatever kind it is told (``start_kind``: containers by
+default, or pods to stand in for the kubernetes backend), and never teaches the model (its
+starts are the model's own draws). For benchmarks, for ``foresight up`` where crun cannot run,
+and for controller tests that need faults on demand (``fail_creates``, ``kill``). Containers are
 kept per pool: the trace benchmark runs one pool per function, hundreds in one controller."""
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import threading
 from typing import Callable, Mapping
 
 from warmpool.backends.base import BackendError, ClaimConflict, CreateError
-from warmpool.coldstart import ColdStartModel
+from warmpool.coldstart import CONTAINER, START_KINDS, ColdStartModel
 from warmpool.policy import PoolSpec
 from warmpool.reconcile import Container
 
@@ -18,7 +20,11 @@ from warmpool.reconcile import Container
 class SimBackend:
     name = "sim"
 
-    def __init__(self, clock: Callable[[], float], model: ColdStartModel | None = None, seed: int = 0):
+    def __init__(self, clock: Callable[[], float], model: ColdStartModel | None = None, seed: int = 0,
+                 start_kind: str = CONTAINER):
+        if start_kind not in START_KINDS:
+            raise ValueError(f"start_kind must be one of {', '.join(START_KINDS)}, got {start_kind!r}")
+        self.start_kind = start_kind
         self.clock = clock
         self.model = model or ColdStartModel()
         self.rng = random.Random(seed)
@@ -71,12 +77,17 @@ class SimBackend:
             if self._fail_creates > 0:
                 self._fail_creates -= 1
                 raise CreateError(self._fail_reason)
-            ms = self.model.sample_ms(pool.runtime_class, self.rng)
+            ms = self.model.sample_ms(self.start_kind, pool.runtime_class, self.rng)
             c = Container(container_id, pool.name, "creating", created_at=now, idle_since=now, deadline=deadline, endpoint=f"sim://{container_id}")
             self._put(c)
             self._ready_at[container_id] = now + ms / 1000.0
             self.created_total += 1
-        return c, {"sandbox": ms}
+        return c, self._timings(ms)
+
+    def _timings(self, ms: float) -> Mapping[str, float]:
+        # never a complete start (all three components, or a pod's start_ms): the model must
+        # not learn its own draws
+        return {"sandbox": ms} if self.start_kind == CONTAINER else {}
 
     def claim(self, pool: PoolSpec, container: Container, now: float, lease_expires_at: float | None = None) -> Container:
         with self._lock:
@@ -118,12 +129,12 @@ class SimBackend:
             if self._fail_creates > 0:
                 self._fail_creates -= 1
                 raise CreateError(self._fail_reason)
-            ms = self.model.sample_ms(pool.runtime_class, self.rng)
+            ms = self.model.sample_ms(self.start_kind, pool.runtime_class, self.rng)
             c = Container(container_id, pool.name, "claimed", created_at=now, idle_since=now, deadline=now, endpoint=f"sim://{container_id}", claimed_since_idle=True,
                           lease_expires_at=lease_expires_at)
             self._put(c)
             self.created_total += 1
-        return c, {"sandbox": ms}
+        return c, self._timings(ms)
 
     def list_orphans(self, known_pools: set[str]) -> list[tuple[str, Container]]:
         with self._lock:
