@@ -56,6 +56,7 @@ def _builds(item) -> tuple[str, ...]:
     return BUILDS.get(rel) or BUILDS.get(rel.split("/", 1)[0], ())
 
 
+@pytest.hookimpl(trylast=True)  # after -k/--deselect have removed what will not run
 def pytest_collection_modifyitems(session, config, items):
     global _prebuild
     items.sort(key=lambda i: bool(_builds(i)))  # stable: each group keeps its order
