@@ -136,4 +136,6 @@ def render_warmpool_policy(base: Mapping[str, Any] | None, pools: Iterable[WarmP
             problems[(wp.namespace, wp.name)] = list(exc.problems)
             continue
         doc["pools"].append(pool)
-    return Rendered(text=yaml.safe_dump(doc, sort_keys=False) if doc["pools"] else "", problems=problems)
+    # written with no pools too: the controller's pod mounts the file, and starts (or drops the last
+    # pool of a deleted WarmPool) on it
+    return Rendered(text=yaml.safe_dump(doc, sort_keys=False), problems=problems)

@@ -169,12 +169,11 @@ class Operator:
         pools = [parse_warmpool(o) for o in objs]
         base, err = self._base(s.warmpool_base_configmap, s.warmpool_key)
         rendered = render_warmpool_policy(base, pools)
-        if rendered.text:
-            self.api.apply({"apiVersion": "v1", "kind": "ConfigMap",
-                            "metadata": {"name": s.warmpool_configmap, "namespace": s.namespace,
-                                         "labels": {"app.kubernetes.io/managed-by": "foresight-operator"},
-                                         "ownerReferences": self._owners.get(s.warmpool_base_configmap or "", [])},
-                            "data": {s.warmpool_key: rendered.text}})
+        self.api.apply({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": s.warmpool_configmap, "namespace": s.namespace,
+                                     "labels": {"app.kubernetes.io/managed-by": "foresight-operator"},
+                                     "ownerReferences": self._owners.get(s.warmpool_base_configmap or "", [])},
+                        "data": {s.warmpool_key: rendered.text}})
         views, counts, ctl_error = self._controller_view()
         for obj, wp in zip(objs, pools):
             problems = rendered.problems.get((wp.namespace, wp.name), []) + ([err] if err else [])

@@ -145,7 +145,9 @@ def _run(args) -> int:
     except BaseException:
         server.stop()
         raise
-    print(f"warm pools {', '.join(p.name for p in policy.pools)} on {', '.join(sorted(backends))}; API on http{'s' if tls else ''}://{args.host}:{server.port} "
+    pools = (f"warm pools {', '.join(p.name for p in policy.pools)} on {', '.join(sorted(backends))}" if policy.pools
+             else "no warm pools yet (the policy lists none; it is re-read when it changes)")
+    print(f"{pools}; API on http{'s' if tls else ''}://{args.host}:{server.port} "
           f"({_auth_text(auth, tls, authorizer)})" + (f"; probes on http://{args.host}:{probes.port}" if probes else ""), flush=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -353,11 +353,9 @@ def parse_policy(data: Any, source: str = "<policy>") -> Policy:
     known_rc = set(profiles) | (set(rc) if isinstance(rc, dict) else set())
     budget = _memory_budget(c, top.get("memory_budget"))
     raw = top.get("pools")
-    if "pools" in top and not isinstance(raw, list):
+    if "pools" in top and not isinstance(raw, list):  # [] is a controller with nothing to keep warm yet
         c.add("pools", f"must be a list of pools, got {type(raw).__name__}")
         raw = []
-    elif isinstance(raw, list) and not raw:
-        c.add("pools", "must list at least one pool")
     seen: set[str] = set()
     pools = [s for i, item in enumerate(raw or []) if (s := _pool(c, item, i, known_rc, seen)) is not None]
     if c.problems:

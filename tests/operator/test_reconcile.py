@@ -230,6 +230,15 @@ def test_a_warm_pool_becomes_a_pool_of_the_controllers_policy():
     assert (pool.min_warm, pool.max_warm, pool.idle_ttl.floor_seconds, pool.backend) == (1, 5, 30.0, "kubernetes")
 
 
+def test_with_no_warm_pool_the_policy_still_renders_so_the_controller_starts_and_drops_the_last_pool():
+    from warmpool.policy import parse_policy
+
+    base = {"memory_budget": {"fraction": 0.8, "reference_keepalive_seconds": 600}}
+    r = render_warmpool_policy(base, [])
+    pol = parse_policy(yaml.safe_load(r.text))  # the chart mounts this file: without it the pod cannot start
+    assert pol.pools == () and pol.memory_budget.fraction == 0.8 and r.problems == {}
+
+
 def test_a_warm_pool_can_follow_a_predicted_request_rate():
     from warmpool.policy import parse_policy
 

@@ -78,13 +78,14 @@ def test_a_runtime_class_needs_a_seed_for_the_kind_of_start_its_backend_makes():
                                  "known: crun, kata, runc (add it under runtime_classes)"]
 
 
-def test_duplicate_pool_names_and_an_empty_pool_list_are_refused():
+def test_duplicate_pool_names_are_refused_and_an_empty_pool_list_is_a_controller_with_nothing_to_keep_warm():
     doc = _doc()
     doc["pools"].append(dict(doc["pools"][0]))
     with pytest.raises(ConfigError, match=r"pools\[web\]: pool 'web' is listed twice"):
         parse_policy(doc)
-    with pytest.raises(ConfigError, match="at least one pool"):
-        parse_policy({"apiVersion": "foresight/v1alpha1", "kind": "WarmPoolPolicy", "pools": []})
+    assert parse_policy({"apiVersion": "foresight/v1alpha1", "kind": "WarmPoolPolicy", "pools": []}).pools == ()
+    with pytest.raises(ConfigError, match="pools: is required"):
+        parse_policy({"apiVersion": "foresight/v1alpha1", "kind": "WarmPoolPolicy"})
 
 
 def test_a_file_that_is_not_yaml_names_the_file(tmp_path):
