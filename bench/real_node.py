@@ -28,6 +28,11 @@ trace, beside ``foresight warmpool simulate`` on the same functions and hour
 
     sudo .venv/bin/python -m bench.real_node warmpool             # 12 functions, 60 minutes
     sudo .venv/bin/python -m bench.real_node warmpool --quick     # 3 functions, 4 minutes
+
+``chart``: tests/node/test_chart.py (the chart on the node, its faults under polling, upgrade,
+uninstall; make test runs it) with each step's figures saved to bench/results/real_node_chart.json:
+
+    sudo .venv/bin/python -m bench.real_node chart
 """
 
 from __future__ import annotations
@@ -279,8 +284,29 @@ def warmpool_main(argv: list[str]) -> int:
     return 0
 
 
+def chart_main(argv: list[str]) -> int:
+    """tests/node/test_chart.py as a benchmark: the chart installed on a node, its faults under
+    polling of the metric, upgrade and uninstall; what each step measured is saved."""
+    import subprocess
+
+    ap = argparse.ArgumentParser(prog="bench.real_node chart", description=chart_main.__doc__.split(":")[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="where real_node_chart.json goes")
+    args = ap.parse_args(argv)
+    path = args.out / "real_node_chart.json"
+    env = {**os.environ, "FORESIGHT_CHART_RESULTS": str(path)}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider", str(ROOT / "tests" / "node" / "test_chart.py")],
+                       env=env, cwd=ROOT)
+    if path.exists():
+        for step, figs in json.loads(path.read_text())["steps"].items():
+            print(f"{step:45s} {figs}", flush=True)
+        print(f"saved {path}", flush=True)
+    return r.returncode
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["chart"]:
+        return chart_main(argv[1:])
     if argv[:1] == ["autoscale"]:
         return autoscale_main(argv[1:])
     if argv[:1] == ["warmpool"]:

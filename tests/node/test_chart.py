@@ -17,6 +17,7 @@ import os
 import re
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -41,8 +42,16 @@ NONROOT = 65532  # the chart's runAsUser/fsGroup: a hostPath volume is not chown
 PODS = chart.WARMPOOL_PODS  # the default chart's pods and the warm-pool controller
 
 
+# What each step measured; `python -m bench.real_node chart` saves it (FORESIGHT_CHART_RESULTS).
+FIGURES: dict[str, dict] = {}
+
+
 def _log(msg: str) -> None:
     sys.stderr.write(f"\n[chart] {msg}\n")
+
+
+def _record(step: str, **figures) -> None:
+    FIGURES[step] = {k: (round(v, 2) if isinstance(v, float) else v) for k, v in figures.items()}
 
 
 def _demo_deployment(image: str) -> dict:
@@ -149,13 +158,22 @@ def release(node):
     value = wait_for("the HPA reads predicted_cpu_load_ratio", lambda: (node.check_alive(), _external_current(_hpa(cp)))[1],
                      timeout=240, interval=1, detail=lambda: f"hpa {(_hpa(cp).get('status'))}\nmetric {_metric(cp).text[:500]}"
                      f"\npods {chart.pods_detail(cp)}")
-    _log(f"PredictiveAutoscaler created -> the HPA's first {METRIC} ({value}) in {time.monotonic() - t0:.1f} s")
+    first_metric = time.monotonic() - t0
+    _log(f"PredictiveAutoscaler created -> the HPA's first {METRIC} ({value}) in {first_metric:.1f} s")
     # the operator restarts the adapter on the new workload (it reads its config at start)
     wait_for("the autoscaler's workload in the adapter's running config", lambda: chart.config_applied(cp),
              timeout=180, interval=1, detail=lambda: chart.pods_detail(cp))
     chart.wait_release_ready(node, PODS)
     _log(f"... and the adapter restarted on it after {time.monotonic() - t0:.1f} s")
-    return {"helm": helm_bin, "install_seconds": seconds, "checkpoints": checkpoints}
+    _record("install", ready_seconds=seconds, first_metric_seconds=first_metric)
+    yield {"helm": helm_bin, "install_seconds": seconds, "checkpoints": checkpoints}
+    out = os.environ.get("FORESIGHT_CHART_RESULTS")
+    if out:
+        import json
+
+        Path(out).write_text(json.dumps({"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                         "load_average": " / ".join(f"{x:.1f}" for x in os.getloadavg()),
+                                         "steps": FIGURES}, indent=2) + "\n")
 
 
 def test_every_pod_of_the_release_is_ready_with_the_charts_own_certificate(node, release):
@@ -259,7 +277,8 @@ def test_a_warm_pool_hands_its_warm_pod_to_a_caller_allowed_to_claim_and_refuses
 
     (pod,) = wait_for("the WarmPool's warm pod Running", warm, timeout=180, interval=1,
                       detail=lambda: f"{chart.pods_detail(cp)}\n{cp.admin.json(pods_path)['items']}"[:4000])
-    _log(f"WarmPool created -> its warm pod Running in {time.monotonic() - t0:.1f} s")
+    warm_seconds = time.monotonic() - t0
+    _log(f"WarmPool created -> its warm pod Running in {warm_seconds:.1f} s")
     name, ip = pod["metadata"]["name"], pod["status"]["podIP"]
     assert pod["spec"]["runtimeClassName"] == "crun" and pod["spec"]["nodeName"] == node.name
     assert ipaddress.ip_address(ip) in ipaddress.ip_network(POD_CIDR)
@@ -284,7 +303,9 @@ def test_a_warm_pool_hands_its_warm_pod_to_a_caller_allowed_to_claim_and_refuses
                 return None
 
         assert wait_for("the claimed pod answering", answers, timeout=30, interval=0.05) == name
-        _log(f"warm claim (TLS, TokenReview, SubjectAccessReview) -> the pod answering in {time.monotonic() - t1:.3f} s")
+        serving = time.monotonic() - t1
+        _log(f"warm claim (TLS, TokenReview, SubjectAccessReview) -> the pod answering in {serving:.3f} s")
+        _record("warm pool", warm_pod_running_seconds=warm_seconds, warm_claim_to_serving_seconds=serving)
         labels = cp.admin.json(f"{pods_path}/{name}")["metadata"]["labels"]
         assert (labels["foresight.dev/state"], labels["app"]) == ("claimed", WARM_POOL), labels
         body = {"container_id": name}
@@ -306,6 +327,7 @@ def test_the_warm_pool_under_minutes_of_the_functions_trace_as_the_simulator_cou
 
     doc = experiment(node, chart.NAMESPACE, quick=True, data_dir=serverless_dir(quick=True), progress=_log)
     _log(table(doc))
+    _record("warm pool under the functions trace (quick)", node=doc["node"], simulator=doc["simulator"])
     n, s = doc["node"], doc["simulator"]
     assert n["failed"] == 0, n["errors"]
     assert n["claims"] == s["claims"] > 0  # every invoked function-minute claimed once, on both
@@ -329,6 +351,7 @@ def test_deleting_an_adapter_pod_the_other_serves_and_the_deployment_restarts_it
 
     res = _poll_metric(cp, replaced, seconds_after=5, limit=180)
     _log(f"adapter pod {victim} deleted: replacement Ready in {res['recovered_seconds']} s; answers {res['codes']}")
+    _record("adapter pod deleted", **res)
     assert res["recovered_seconds"] is not None, chart.pods_detail(cp)
     assert res["non_2xx"] == 0, res
     assert _failed_external(cp) == failed_before
@@ -348,6 +371,7 @@ def test_with_redis_stopped_the_metric_degrades_to_observed_demand_never_a_503(n
         gone = lambda: not [p for p in chart.release_pods(cp) if p["metadata"]["labels"]["app.kubernetes.io/component"] == "store"]
         res = _poll_metric(cp, gone, seconds_after=30, limit=120)
         _log(f"Redis stopped: gone after {res['recovered_seconds']} s, then 30 s of answers: {res['codes']}")
+        _record("Redis stopped for 30 s", **res)
         assert res["recovered_seconds"] is not None
         assert res["non_2xx"] == 0, res
         assert _qty(_metric(cp).json()["items"][0]["value"]) > 0
@@ -355,6 +379,7 @@ def test_with_redis_stopped_the_metric_degrades_to_observed_demand_never_a_503(n
         scale(1)
     res = _poll_metric(cp, lambda: chart.ready_by_component(cp).get("store") == 1, seconds_after=5, limit=120)
     _log(f"Redis back: Ready after {res['recovered_seconds']} s; answers {res['codes']}")
+    _record("Redis back", **res)
     assert res["non_2xx"] == 0, res
     assert _failed_external(cp) == failed_before
 
@@ -399,6 +424,7 @@ def test_deleting_the_trainer_pod_its_successor_serves_the_fitted_models_from_th
     restored = re.search(r"restored (\d+) fitted states from \S+ \((\d+) without a checkpoint, (\d+) unusable\)", log)
     _log(f"trainer pod deleted: the new pod published in {res['recovered_seconds']:.1f} s; answers {res['codes']}; "
          f"{restored.group(0) if restored else 'no restore line'}; first: {first}")
+    _record("trainer pod deleted", **res, restored=restored.group(0) if restored else None, first_publication=first)
     assert restored and int(restored.group(1)) >= 1 and restored.group(3) == "0", log[-3000:]
     assert "not trained yet" not in first, first  # the fitted state, not the persistence placeholder
     assert res["non_2xx"] == 0, res
@@ -425,6 +451,7 @@ def test_restarting_the_kubelet_the_pods_keep_serving_and_the_node_comes_back(no
     t.join(1)
     _log(f"kubelet restarted: node Ready in {seconds.get('node', float('nan')):.1f} s, every release pod Ready after "
          f"{res['recovered_seconds']} s; answers {res['codes']}")
+    _record("kubelet restarted", **res, node_ready_seconds=seconds.get("node"))
     assert res["recovered_seconds"] is not None, chart.pods_detail(cp)
     assert {p["metadata"]["uid"] for p in chart.release_pods(cp)} == before  # the same pods: none restarted
     assert res["non_2xx"] == 0, res
@@ -468,6 +495,7 @@ def test_helm_upgrade_keeps_the_certificate_and_uninstall_leaves_only_what_is_ke
     chart.wait_release_ready(node, PODS)
     wait_for("the metric after the upgrade", lambda: _metric(cp).status_code == 200, timeout=60)
     _log(f"helm upgrade (logFormat=json) -> every pod Ready again in {time.monotonic() - t0:.1f} s")
+    _record("helm upgrade", ready_seconds=time.monotonic() - t0)
     assert cp.admin.json("/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.external.metrics.k8s.io")["spec"]["caBundle"] == ca
 
     before = _release_objects(cp)
@@ -481,4 +509,5 @@ def test_helm_upgrade_keeps_the_certificate_and_uninstall_leaves_only_what_is_ke
     unlabelled = {k: sorted(i["metadata"]["name"] for i in cp.admin.json(NAMESPACED[k].format(ns=chart.NAMESPACE))["items"]
                             if i["metadata"]["name"] not in ("kube-root-ca.crt", "default")) for k in ("ConfigMap", "Secret", "ServiceAccount")}
     _log(f"helm uninstall: left in {chart.NAMESPACE}: {unlabelled}")
+    _record("helm uninstall", left=left)
     assert unlabelled == {"ConfigMap": [], "Secret": ["foresight-redis-users"], "ServiceAccount": []}, unlabelled
