@@ -46,6 +46,10 @@ def node_values(images: dict, prometheus_url: str = PROMETHEUS_URL) -> list[str]
         "trainer.image.repository": trainer_repo, "trainer.image.tag": trainer_tag,
         "redis.image": images["redis"]["ref"],
         "prometheus.url": prometheus_url,
+        # the node has 2 cores: at the default 1-core trainer request, the release with its warm
+        # pool, the node's add-ons and the adapter's rolling-update surge pod do not fit (the
+        # surge pod stays Pending), as on any small node
+        "trainer.resources.requests.cpu": "500m",
     }
     return [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
 
