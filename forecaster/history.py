@@ -49,8 +49,9 @@ class Ring:
 
     __slots__ = ("values", "step", "end", "pulled_at", "rows")
 
-    def __init__(self, capacity: int, step: float) -> None:
-        self.values = np.full(int(capacity), np.nan)
+    def __init__(self, capacity: int, step: float, values: np.ndarray | None = None) -> None:
+        # ``values``: a saved window (``forecaster.handover``), possibly a row of a larger block
+        self.values = np.full(int(capacity), np.nan) if values is None else values
         self.step = float(step)
         self.end: float | None = None
         self.pulled_at: float | None = None

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from forecaster.checkpoint import CheckpointDir
 from forecaster.configwatch import ConfigWatch, fleet_settings
 from forecaster.fitqueue import InlineFits, ThreadFits, fit_priority  # noqa: F401 - part of this module's API
 from forecaster.handover import Stop, load_rings, save_rings
@@ -394,10 +395,14 @@ def _run(config, source, store, stop: Stop, *, clock, pause, iterations, on_step
         sched.stopping = lambda: stop.requested
         return sched
 
-    trainer = new_trainer(config)
     history = history_cache(config, source)
-    if trainer.checkpoints is not None:
-        load_rings(history, trainer.checkpoints, _queries(config), config.source.url)
+    with ThreadPoolExecutor(1, thread_name_prefix="foresight-windows") as pool:
+        # a predecessor's windows are read (the I/O and the tag need no GIL) while the states unpickle
+        windows = pool.submit(load_rings, history, CheckpointDir(checkpoint_dir, key=checkpoint_key), _queries(config),
+                              config.source.url) if checkpoint_dir else None
+        trainer = new_trainer(config)
+    if windows is not None:
+        windows.result()  # raises what it raised
     watch = ConfigWatch(config_path, config) if config_path else None
     hold = config.training.refresh_interval_seconds
     if fits is None and engine is not None:
