@@ -66,6 +66,7 @@ _HEAD = struct.Struct(">4sHI")
 _TAG = 32
 _PAUSE_POLL_SECONDS = 0.25  # how late a SIGTERM that arrives while the trainer waits is seen
 _READ_RINGS = 256  # rings per read (8 MB at 14 days of 300 s)
+_TMP_PREFIX = ".tmp-rings-"
 
 
 class Stop:
@@ -115,7 +116,7 @@ def save_rings(history: HistoryCache, ckpt: CheckpointDir, queries: Mapping[str,
                     if sid in queries and r.end is not None and r.rows is not None and r.pulled_at is not None]
             rows = [[sid, queries[sid], r.end, r.pulled_at, r.rows[0], r.rows[1]] for sid, r in keep]
             head = _header(history, source, rows)
-            fd, tmp = tempfile.mkstemp(dir=ckpt.path, prefix=".tmp-rings-")
+            fd, tmp = tempfile.mkstemp(dir=ckpt.path, prefix=_TMP_PREFIX)
             tag = hmac.new(ckpt.key, digestmod=hashlib.sha256)
             with os.fdopen(fd, "wb") as f:
                 for part in (_HEAD.pack(_MAGIC, RINGS_FORMAT, len(head)), head):
@@ -188,6 +189,9 @@ def load_rings(history: HistoryCache, ckpt: CheckpointDir, queries: Mapping[str,
     """Install the saved rings of the workloads configured now with the same demand query;
     returns how many. The file is deleted either way: it describes one stop."""
     path = ckpt.path / RINGS_FILE
+    for tmp in ckpt.path.glob(_TMP_PREFIX + "*"):  # a save cut short by SIGKILL: up to gigabytes
+        with contextlib.suppress(OSError):
+            tmp.unlink()
     t0 = time.monotonic()
     try:
         with open(path, "rb") as f:

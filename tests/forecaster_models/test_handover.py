@@ -166,6 +166,13 @@ def test_only_workloads_with_the_same_query_from_the_same_source_take_their_wind
     assert _first_pulls(tmp_path, config(n=2)) == {"full": 0, "incremental": 2}  # one workload left
 
 
+def test_a_save_cut_short_leaves_no_temporary_file_behind_after_the_next_start(tmp_path):
+    _saved(tmp_path)
+    (tmp_path / ".tmp-rings-x1").write_bytes(b"\0" * 4096)  # SIGKILL during a save
+    assert _first_pulls(tmp_path, config()) == {"full": 0, "incremental": 3}
+    assert not list(tmp_path.glob(".tmp-rings-*"))
+
+
 def test_a_window_older_than_the_gap_limit_is_pulled_in_full(tmp_path):
     _saved(tmp_path)
     assert _first_pulls(tmp_path, config(), start=T0 + 2 * 3600.0) == {"full": 3, "incremental": 0}
