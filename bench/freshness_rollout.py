@@ -133,6 +133,15 @@ def first_ages(events: list[tuple[int, float, float]], n: int, stop: float) -> n
     return peak
 
 
+def old_gen_min(events: list, stop: float) -> float:
+    """The oldest forecast's generated_at at ``stop`` (each workload's last before it)."""
+    last: dict[int, float] = {}
+    for wid, gen, at in events:
+        if at <= stop:
+            last[wid] = max(gen, last.get(wid, gen))
+    return min(last.values())
+
+
 def measure(name: str, old: dict, new: dict, events: list, n: int, log: _Log) -> dict:
     stop = old["signal_at"]
     first = new["steps"][0]
@@ -142,6 +151,8 @@ def measure(name: str, old: dict, new: dict, events: list, n: int, log: _Log) ->
     saved = log.find("SIGTERM: the trainer stops", stop)
     out = {
         "max_age_seconds": float(np.nanmax(peak)), "p99_age_seconds": float(np.nanpercentile(peak, 99)),
+        # the max age is this plus the gap (the stop to the last publication)
+        "oldest_forecast_at_stop_seconds": stop - old_gen_min(events, stop),
         "workloads_published_again": int(np.isfinite(peak).sum()),
         "stop_to_all_published_seconds": first["ended"] - stop,
         "old_exit_seconds": old["exited"] - stop,

@@ -445,6 +445,7 @@ def report_rollout(args, roll: dict, curves: dict, out: Path) -> None:
     print(f"\ntrainer rollout, {args.workloads} workloads, stopped when its next step would start:")
     print(f"{'':40}{'SIGTERM (handover)':>20}{'after a kill':>16}")
     for label, key, fmt in (("max forecast age (s)", "max_age_seconds", ".0f"), ("p99 forecast age (s)", "p99_age_seconds", ".0f"),
+                            ("oldest forecast at the stop (s)", "oldest_forecast_at_stop_seconds", ".1f"),
                             ("stop -> all published again (s)", "stop_to_all_published_seconds", ".1f"),
                             ("old trainer's exit (s)", "old_exit_seconds", ".1f"), ("restore (s)", "restore_seconds", ".1f"),
                             ("start -> first step (s)", "start_to_first_step_seconds", ".1f"),
