@@ -26,6 +26,14 @@ After the new trainer's second cycle one workload's ``serving`` is edited and ta
 one PredictiveAutoscaler): reported are the series that started over, how many of the others
 kept their fitted state, how many of those served a fitted model before and the not-trained
 placeholder at the end, and the others' max forecast age from the edit on.
+
+Then a trainer rollout (``bench/freshness_rollout.py``): trainers started as ``foresight train
+--checkpoint-dir`` starts one (``run_schedule``), on real checkpoint files; the old one gets a
+real SIGTERM when its next step would start, the new one restores and publishes. Reported: per
+workload the forecast age from the stop until the new trainer has published it, max and p99,
+the restore, the first step, fitted vs placeholder publications, beside a restart after a kill
+(no history windows handed over), and a new process's start-up measured in a subprocess
+(``trainer_freshness_rollout.json`` and ``.png``).
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import freshness_rollout  # noqa: E402
 from bench.common import QUICK_CPU, add_quick_args, data_dir, results_dir, save_json  # noqa: E402
 from forecaster.config import parse_config  # noqa: E402
 from forecaster.schedule import ThreadFits, TrainScheduler, train_once, trainer_from_config  # noqa: E402
@@ -415,11 +424,42 @@ def main(argv=None) -> int:
         old_store = RecordingStore(raw, index)
         old = run_old(config, source, old_store, states, {k: v for k, v in fresh.items() if v}, args)
         old_ages = ages(old_store.events, args.workloads, old["t_measure"], old["t_end"])
+        print("trainer rollout (foresight train --checkpoint-dir: the old one gets SIGTERM, a new one starts):")
+        roll_store = RecordingStore(raw, index)
+        roll = freshness_rollout.run_rollout(config, source, roll_store, states, args)
+        curves = {k: ages(roll_store.events, args.workloads, t0, t1 + 1.0) for k, (t0, t1) in roll.pop("windows").items()}
     finally:
         if server is not None:
             server.stop()
     report(args, new, old, new_ages, old_ages, time.time() - t_begin, out)
+    report_rollout(args, roll, curves, out)
     return 0
+
+
+def report_rollout(args, roll: dict, curves: dict, out: Path) -> None:
+    roll = {"workloads": args.workloads, "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+            **roll, "curves": {k: {"t": c["t"], "max": c["max"], "p99": c["p99"]} for k, c in curves.items()}}
+    save_json("trainer_freshness_rollout", roll, out)
+    freshness_rollout.plot(roll, curves, out / "trainer_freshness_rollout.png")
+    h, k, s = roll["sigterm_handover"], roll["after_a_kill"], roll["process_startup"]
+    print(f"\ntrainer rollout, {args.workloads} workloads, stopped when its next step would start:")
+    print(f"{'':40}{'SIGTERM (handover)':>20}{'after a kill':>16}")
+    for label, key, fmt in (("max forecast age (s)", "max_age_seconds", ".0f"), ("p99 forecast age (s)", "p99_age_seconds", ".0f"),
+                            ("oldest forecast at the stop (s)", "oldest_forecast_at_stop_seconds", ".1f"),
+                            ("stop -> all published again (s)", "stop_to_all_published_seconds", ".1f"),
+                            ("old trainer's exit (s)", "old_exit_seconds", ".1f"), ("restore (s)", "restore_seconds", ".1f"),
+                            ("start -> first step (s)", "start_to_first_step_seconds", ".1f"),
+                            ("first step (s)", "first_step_seconds", ".1f"), ("second step (s)", "second_step_seconds", ".1f"),
+                            ("history windows taken up", "windows_taken_up", "d"),
+                            ("first publication: fitted", "first_publication_fitted", "d"),
+                            ("first publication: placeholder", "first_publication_placeholder", "d")):
+        cells = [format(x[key], fmt) if x.get(key) is not None else "-" for x in (h, k)]
+        print(f"{label:40}{cells[0]:>20}{cells[1]:>16}")
+    print(f"target: max age <= {roll['target_max_age_seconds']:.0f} s (2 refresh intervals): "
+          f"{'met' if h['max_age_seconds'] <= roll['target_max_age_seconds'] else 'MISSED'} in the bench; a new process adds "
+          f"{s['process_seconds_median']:.1f} s (interpreter + imports, median of {s['runs']}, load {s['load_average_1m']:.1f}); "
+          f"a pod adds its creation, volume attach and container start")
+    print(f"wrote {out / 'trainer_freshness_rollout.json'} and .png")
 
 
 def report(args, new, old, new_ages, old_ages, total_seconds: float, out: Path) -> None:

@@ -97,7 +97,7 @@ class InlineFits(_Queue):
     def release(self) -> None:
         pass
 
-    def stop(self) -> None:
+    def stop(self, timeout: float | None = None) -> None:
         pass
 
 

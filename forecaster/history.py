@@ -18,9 +18,11 @@ on the grid), i.e. 32 KB for 14 days at 300 s, 161 KB at 60 s.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
@@ -47,8 +49,9 @@ class Ring:
 
     __slots__ = ("values", "step", "end", "pulled_at", "rows")
 
-    def __init__(self, capacity: int, step: float) -> None:
-        self.values = np.full(int(capacity), np.nan)
+    def __init__(self, capacity: int, step: float, values: np.ndarray | None = None) -> None:
+        # ``values``: a saved window (``forecaster.handover``), possibly a row of a larger block
+        self.values = np.full(int(capacity), np.nan) if values is None else values
         self.step = float(step)
         self.end: float | None = None
         self.pulled_at: float | None = None
@@ -166,6 +169,20 @@ class HistoryCache:
         with self._lock:
             for sid in [s for s in self._rings if s not in keep]:
                 del self._rings[sid]
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[dict[str, Ring]]:
+        """The rings, with no pull folding into them meanwhile (``forecaster.handover`` saves them)."""
+        with self._lock:
+            yield self._rings
+
+    def adopt(self, series_id: str, ring: Ring) -> None:
+        """Install a ring saved by a previous trainer (``forecaster.handover``)."""
+        if len(ring.values) != self.capacity or ring.step != self.step:
+            raise ValueError(f"{series_id}: a ring of {len(ring.values)} points at {ring.step} s does not fit "
+                             f"this cache ({self.capacity} points at {self.step} s)")
+        with self._lock:
+            self._rings[series_id] = ring
 
     def __len__(self) -> int:
         return len(self._rings)

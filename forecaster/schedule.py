@@ -24,8 +24,10 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from forecaster.checkpoint import CheckpointDir
 from forecaster.configwatch import ConfigWatch, fleet_settings
 from forecaster.fitqueue import InlineFits, ThreadFits, fit_priority  # noqa: F401 - part of this module's API
+from forecaster.handover import Stop, load_rings, save_rings
 from forecaster.history import HistoryCache, frame_arrays
 from forecaster.models import ModelError
 from forecaster.predicted import capacity_per_pod
@@ -36,7 +38,7 @@ from forecaster.training import Trainer, fit_item, step_workload
 log = logging.getLogger(__name__)
 
 __all__ = ["train_once", "run_schedule", "TrainScheduler", "ThreadFits", "InlineFits", "trainer_from_config",
-           "workload_meta", "fit_priority"]
+           "workload_meta", "fit_priority", "Stopped"]
 
 
 def trainer_from_config(config, store: ForecastStore | None, clock: Callable[[], float] = time.time) -> Trainer:
@@ -217,6 +219,10 @@ def _prefetch(fn: Callable[[Any], Any], items: Iterable[Any], threads: int, ahea
             yield it, fut.result()
 
 
+class Stopped(Exception):
+    """A step ended early because the trainer is stopping (``TrainScheduler.stopping``)."""
+
+
 class TrainScheduler:
     """The long-running trainer's pure step (``step(now)``) and the fit jobs it queues.
 
@@ -238,6 +244,7 @@ class TrainScheduler:
         self._caps: dict[str, dict[str, Any]] = {}
         self._series = {w.series_id: w for w in config.series()}  # what a queued fit reads when it runs
         self._done_reported = fits.done  # fits may outlive a scheduler (a new trainer after a reload)
+        self.stopping: Callable[[], bool] = lambda: False  # checked between workloads (run_schedule: SIGTERM)
 
     def reconfigure(self, config) -> list[str]:
         """Take a new workloads file in place (its fleet-wide settings unchanged): the series
@@ -287,6 +294,8 @@ class TrainScheduler:
         pulls = _prefetch(lambda w: self._pull(w, now), self.config.series(), self.pull_threads,
                           ahead=8 * max(1, self.pull_threads))
         for w, got in pulls:
+            if self.stopping():
+                raise Stopped(f"stopped after refreshing {len(results)} workloads of {len(self._series)}")
             sid = w.series_id
             if isinstance(got, Exception):
                 results[sid] = {"series_id": sid, "published": False, "error": str(got)}
@@ -347,7 +356,7 @@ class TrainScheduler:
 
 
 def run_schedule(config, source, store, *, clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep, iterations: int | None = None,
+                 sleep: Callable[[float], None] | None = None, iterations: int | None = None,
                  on_step: Callable[[dict], None] | None = None, fits: ThreadFits | InlineFits | None = None,
                  pull_threads: int = 4, engine=None, checkpoint_dir: str | None = None,
                  checkpoint_key: bytes | None = None, config_path: str | None = None) -> Trainer:
@@ -356,8 +365,23 @@ def run_schedule(config, source, store, *, clock: Callable[[], float] = time.tim
     delay the next step. With ``checkpoint_dir`` the fitted states are checkpointed there and
     restored from it first (``forecaster.checkpoint``), so the first step serves them. With
     ``config_path`` the file is re-read before every step and taken in place
-    (``TrainScheduler.reconfigure``): only the workloads whose entry changed start over."""
+    (``TrainScheduler.reconfigure``): only the workloads whose entry changed start over.
+    SIGTERM (run in the main thread) ends it between two workloads or while it waits; with
+    ``checkpoint_dir`` it leaves its history windows there, which the next start takes up
+    (``forecaster.handover``). ``sleep``: how it waits (default: until the next step or a SIGTERM)."""
+    stop = Stop()
+    with stop:  # from the start: a SIGTERM during the restore is seen once it is done
+        return _run(config, source, store, stop, clock=clock, pause=sleep or stop.pause, iterations=iterations,
+                    on_step=on_step, fits=fits, pull_threads=pull_threads, engine=engine,
+                    checkpoint_dir=checkpoint_dir, checkpoint_key=checkpoint_key, config_path=config_path)
 
+
+def _queries(config) -> dict[str, str]:
+    return {w.series_id: w.demand_query for w in config.series()}
+
+
+def _run(config, source, store, stop: Stop, *, clock, pause, iterations, on_step, fits, pull_threads, engine,
+         checkpoint_dir, checkpoint_key, config_path) -> Trainer:
     def new_trainer(cfg) -> Trainer:
         tr = trainer_from_config(cfg, store, clock)
         if checkpoint_dir:
@@ -366,7 +390,19 @@ def run_schedule(config, source, store, *, clock: Callable[[], float] = time.tim
             attach(tr, checkpoint_dir, [w.series_id for w in cfg.series()], key=checkpoint_key)
         return tr
 
-    trainer = new_trainer(config)
+    def scheduler(cfg, tr: Trainer, history: HistoryCache | None = None) -> TrainScheduler:
+        sched = TrainScheduler(cfg, source, tr, fits=fits, history=history, pull_threads=pull_threads, clock=clock)
+        sched.stopping = lambda: stop.requested
+        return sched
+
+    history = history_cache(config, source)
+    with ThreadPoolExecutor(1, thread_name_prefix="foresight-windows") as pool:
+        # a predecessor's windows are read (the I/O and the tag need no GIL) while the states unpickle
+        windows = pool.submit(load_rings, history, CheckpointDir(checkpoint_dir, key=checkpoint_key), _queries(config),
+                              config.source.url) if checkpoint_dir else None
+        trainer = new_trainer(config)
+    if windows is not None:
+        windows.result()  # raises what it raised
     watch = ConfigWatch(config_path, config) if config_path else None
     hold = config.training.refresh_interval_seconds
     if fits is None and engine is not None:
@@ -374,29 +410,46 @@ def run_schedule(config, source, store, *, clock: Callable[[], float] = time.tim
 
         fits = EngineFits(engine, max_hold_seconds=hold)
     fits = fits if fits is not None else ThreadFits(max_hold_seconds=hold)
-    sched = TrainScheduler(config, source, trainer, fits=fits, pull_threads=pull_threads, clock=clock)
+    sched = scheduler(config, trainer, history)
     interval = config.training.refresh_interval_seconds
     i = 0
     try:
-        while iterations is None or i < iterations:
+        while (iterations is None or i < iterations) and not stop.requested:
             new = watch.changed() if watch is not None else None
             if new is not None and fleet_settings(new) != fleet_settings(sched.config):
                 log.warning("fleet-wide settings (source, store, training, serving) changed: a new trainer; "
                             "every workload is refitted")
                 trainer = new_trainer(new)
-                sched = TrainScheduler(new, source, trainer, fits=fits, pull_threads=pull_threads, clock=clock)
+                sched = scheduler(new, trainer)
             elif new is not None:
                 again = sched.reconfigure(new)
                 log.info("workloads file changed: %d series start over (%s), the others keep their fitted models",
                          len(again), ", ".join(again[:10]) + (" ..." if len(again) > 10 else ""))
             t0 = clock()
-            out = sched.step(t0)
+            try:
+                out = sched.step(t0)
+            except Stopped as exc:
+                log.info("%s", exc)
+                break
             if on_step:
                 on_step(out)
             i += 1
             if iterations is not None and i >= iterations:
                 break
-            sleep(max(0.0, interval - (clock() - t0)))
+            pause(max(0.0, interval - (clock() - t0)))
+        if stop.requested:
+            _hand_over(sched, trainer)
     finally:
-        fits.stop()
+        # at SIGTERM a running fit is not waited for: it is refitted on schedule after the restart
+        fits.stop(timeout=0.0 if stop.requested else 5.0)
     return trainer
+
+
+def _hand_over(sched: TrainScheduler, trainer: Trainer) -> None:
+    if trainer.checkpoints is None:
+        log.info("SIGTERM: the trainer stops")
+        return
+    t0 = time.monotonic()
+    n, size = save_rings(sched.history, trainer.checkpoints, _queries(sched.config), sched.config.source.url)
+    log.info("SIGTERM: the trainer stops; saved the history windows of %d workloads (%.0f MB) to %s in %.1f s",
+             n, size / 1e6, trainer.checkpoints.path, time.monotonic() - t0)

@@ -150,7 +150,7 @@ def test_scheduler_extender_quick_scores_every_node_alike_with_and_without_the_s
     assert_png(tmp_path / "scheduler_extender.png")
 
 
-def test_trainer_freshness_quick_keeps_every_forecast_within_the_staleness_limit(tmp_path):
+def test_trainer_freshness_quick_keeps_every_forecast_within_the_staleness_limit_through_a_rollout(tmp_path):
     out = run_quick("trainer_freshness", tmp_path)
     assert "max forecast age (s)" in out
     doc = load(tmp_path / "trainer_freshness.json")
@@ -168,6 +168,21 @@ def test_trainer_freshness_quick_keeps_every_forecast_within_the_staleness_limit
     assert edit["start_over"] == ["bench/w0"] and edit["others_keeping_a_fitted_model"] == edit["others"] == 39
     assert edit["of_those_on_the_placeholder_at_the_end"] == 0 and edit["others_served_fitted_before"] > 0
     assert edit["others_max_age_seconds_after"] <= doc["staleness_limit_seconds"]
+    # the rollout: the old trainer SIGTERMed when its next step would start, a new one restores
+    roll = load(tmp_path / "trainer_freshness_rollout.json")
+    assert "trainer rollout, 40 workloads" in out
+    h, k = roll["sigterm_handover"], roll["after_a_kill"]
+    for r in (h, k):
+        assert r["restored"] == r["workloads_published_again"] == r["first_publication_fitted"] == 40
+        assert r["first_publication_placeholder"] == 0
+        # stopped an interval after its last step began: every forecast at least that old, none stale
+        assert roll["refresh_interval_seconds"] * 0.9 <= r["oldest_forecast_at_stop_seconds"] < r["max_age_seconds"]
+        assert r["max_age_seconds"] <= doc["staleness_limit_seconds"]
+        positive(r["p99_age_seconds"], r["stop_to_all_published_seconds"], r["first_step_seconds"])
+    assert h["old_saved_windows"] == h["windows_taken_up"] == 40 and h["first_step_pulls"]["full"] == 0
+    assert k["windows_taken_up"] == 0 and k["first_step_pulls"]["full"] == 40 and not k["windows_file_left_by_the_kill"]
+    positive(roll["process_startup"]["process_seconds_median"], roll["process_startup"]["imports_seconds_median"])
+    assert_png(tmp_path / "trainer_freshness_rollout.png")
 
 
 def test_warmpool_crun_quick_claims_real_containers_warm_and_cold(tmp_path):

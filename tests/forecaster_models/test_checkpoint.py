@@ -276,3 +276,29 @@ def test_the_global_lstm_is_checkpointed_once_and_its_series_share_the_restored_
     with caplog.at_level(logging.WARNING, logger="forecaster.checkpoint"):
         assert attach(Trainer(None, models=("lstm",)), tmp_path, list(data))["skipped"] == 3
     assert "not loaded" in caplog.text
+
+
+def test_the_restore_pauses_the_cyclic_gc_and_turns_it_back_on_even_when_a_load_fails(tmp_path, monkeypatch):
+    import gc
+
+    fitted_trainer(tmp_path)
+    seen = []
+    load = CheckpointDir.load
+    monkeypatch.setattr(CheckpointDir, "load", lambda self, *a, **k: (seen.append(gc.isenabled()), load(self, *a, **k))[1])
+    tr, counts = restarted(tmp_path)
+    assert counts["restored"] == 1 and seen == [False] and gc.isenabled()
+
+    def broken(self, *a, **k):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(CheckpointDir, "load", broken)
+    with pytest.raises(OSError):
+        restarted(tmp_path)
+    assert gc.isenabled()
+    gc.disable()
+    try:  # a caller that had it off keeps it off
+        monkeypatch.setattr(CheckpointDir, "load", load)
+        restarted(tmp_path)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
