@@ -7,7 +7,10 @@ side in ONE run, plus the cost of refreshing 1,000 series' forecasts from new da
 splits them. Next to ``auto`` (what ships) two benchmark-only rows from the same candidate fits
 show the lead-step guard's history: ``auto_before_guard`` (no guard) and ``auto_guard_e4b3f37``
 (the first guard: persistence at h=1 unless the model wins by 3 standard errors); the guard table
-gives each one's median MASE at h = 1, 2, 3, 6, 12 and its h=1 tail against persistence.
+gives each one's median MASE at h = 1, 2, 3, 6, 12 and its h=1 tail against persistence. With
+``lstm`` and ``prophet`` among the models, the row ``auto_with_lstm_prophet`` is what
+``models: [auto, lstm, prophet]`` serves (auto choosing among its default candidates plus those
+two, from the same fits), with the fit seconds of both candidate sets per workload.
 
     .venv/bin/python bench/forecast_accuracy.py                 # full run (held-out half, all models)
     .venv/bin/python bench/forecast_accuracy.py --part tune     # the half the defaults were chosen on
@@ -44,6 +47,9 @@ ALL_MODELS = "auto,persistence,seasonal_naive,moving_average,ets,ar,ar_log,proph
 TARGET_MODELS = "auto,persistence"
 # benchmark-only rows of auto from the same fits (bench-side names, not settings a user sees)
 BEFORE_GUARD, FIRST_GUARD = "auto_before_guard", "auto_guard_e4b3f37"
+# the row of ``models: [auto, lstm, prophet]`` (auto choosing among its default candidates plus
+# the global LSTM and Prophet), scored when both run as models of their own
+WITH_GLOBAL, WITH_GLOBAL_MODELS = "auto_with_lstm_prophet", ("auto", "lstm", "prophet")
 GUARD_HORIZONS = (1, 2, 3, 6, 12)
 TARGETS = {
     "auto_mean_mase_median_max": 0.70,
@@ -127,14 +133,18 @@ def grid_name(z: float, move: float) -> str:
     return f"auto_grid_z{z:g}_move{move:g}"
 
 
-def auto_variants(cands, grid: bool = False) -> tuple:
+def auto_variants(cands, grid: bool = False, with_global: bool = False) -> tuple:
     """The benchmark-only rows of auto (``BacktestSettings.auto_variants``); with ``grid`` also
-    one row per point of GUARD_GRID."""
+    one row per point of GUARD_GRID, with ``with_global`` the WITH_GLOBAL row (its candidates
+    as the trainer expands ``models: [auto, lstm, prophet]``)."""
     from forecaster.models.guard import fixed_z_lead_guard
     from forecaster.selection import SelectionSettings
+    from forecaster.training import expand_models
 
     rows = ((BEFORE_GUARD, SelectionSettings(candidates=cands, lead_guard=False), None),
             (FIRST_GUARD, SelectionSettings(candidates=cands), fixed_z_lead_guard))
+    if with_global:
+        rows += ((WITH_GLOBAL, SelectionSettings(candidates=expand_models(WITH_GLOBAL_MODELS)[0]), None),)
     if grid:
         rows += tuple((grid_name(z, m), SelectionSettings(candidates=cands, lead_evidence_z=z, lead_max_move=m), None)
                       for z, m in GUARD_GRID)
@@ -171,7 +181,7 @@ def guard_table(rows: pd.DataFrame) -> dict:
     h = 1..12, and the h=1 tail against persistence."""
     out = {}
     present = set(rows.model)
-    for m in ("auto", BEFORE_GUARD, FIRST_GUARD) + tuple(sorted(x for x in present if x.startswith("auto_grid_"))):
+    for m in ("auto", WITH_GLOBAL, BEFORE_GUARD, FIRST_GUARD) + tuple(sorted(x for x in present if x.startswith("auto_grid_"))):
         g = rows[rows.model == m]
         if not len(g):
             continue
@@ -191,6 +201,20 @@ def print_guard_table(table: dict) -> None:
         vals = " ".join(f"{d[f'mase_h{h}_median']:6.3f}" for h in GUARD_HORIZONS)
         print(f"  {m:<24} {vals} {d['mean_mase_median']:6.3f}   {d['h1_ratio_max']:8.2f}x "
               f"{d['h1_ratio_above_1.1']:3d} ({d['h1_ratio_share_above_1.1']:.1%})")
+
+
+def candidate_set_costs(run, n_series: int) -> dict:
+    """Per row of auto with its own candidate set: fit seconds per workload and fit (one origin;
+    the candidates' fits and validation forecasts plus the choice) and, for the row with the
+    global LSTM, the fleet training's share per workload."""
+    fits = sum(len(v) for v in run.forecasts.values()) or 1
+    train = run.timings.get("lstm_global_training", {}).get("seconds", 0.0)
+    out = {}
+    for m, share in (("auto", 0.0), (WITH_GLOBAL, train)):
+        if m in run.timings:
+            out[m] = {"seconds_per_fit": run.timings[m]["seconds_total"] / fits, "fits": fits,
+                      "global_training_seconds": share, "global_training_seconds_per_series": share / max(1, n_series)}
+    return out
 
 
 def plot(summary: pd.DataFrame, rows: pd.DataFrame, path: Path, ratios: pd.DataFrame | None = None) -> None:
@@ -248,7 +272,8 @@ def main(argv=None) -> int:
     ap.add_argument("--part", default="holdout", choices=["all", "tune", "holdout"],
                     help="series by SHA-1(series id): tune (even; the guard defaults were chosen on it), "
                     "holdout (odd; the default, the headline) or all")
-    ap.add_argument("--models", default=ALL_MODELS)
+    ap.add_argument("--models", default=None, help=f"comma-separated (default {ALL_MODELS}; with --quick {TARGET_MODELS}); "
+                    f"with auto, lstm and prophet also the {WITH_GLOBAL} row (models: [auto, lstm, prophet])")
     ap.add_argument("--targets-only", action="store_true",
                     help=f"run only {TARGET_MODELS} (what the targets need) instead of every model")
     ap.add_argument("--lstm-epochs", type=int, default=10)
@@ -260,8 +285,9 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="worker processes for the per-series backtests (default 2 = the 2 cores)")
     add_quick_args(ap, "auto and persistence on 2 bundled series, 2 origins, 3 days of training, 20 refreshes")
     args = ap.parse_args(argv)
-    if args.targets_only or args.quick:
+    if args.targets_only or (args.quick and args.models is None):
         args.models = TARGET_MODELS
+    args.models = args.models or ALL_MODELS
     if args.quick:
         args.series, args.refresh_series, args.jobs = 2, 20, 1
     out = results_dir(args)
@@ -276,11 +302,11 @@ def main(argv=None) -> int:
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     frame = load_all(args.series, quick=args.quick, part=args.part)
     n_series = frame["series_id"].nunique()
-    # the global LSTM runs as its own model; as an auto candidate it did not help on a
-    # 30-series trial (noise-level change), so auto uses the cheap statistical candidates
+    # auto as shipped; the WITH_GLOBAL row adds the global LSTM and Prophet as candidates
     cands = DEFAULT_CANDIDATES
     quick = {"eval_days": 1.0, "train_days": 3.0} if args.quick else {}
-    variants = auto_variants(cands, args.guard_grid) if "auto" in models else ()
+    with_global = set(WITH_GLOBAL_MODELS) <= set(models)
+    variants = auto_variants(cands, args.guard_grid, with_global) if "auto" in models else ()
     settings = BacktestSettings(selection=SelectionSettings(candidates=cands), auto_variants=variants, **quick)
     print(f"{n_series} series ({args.part}) from {', '.join(str(f) for f in cpu_files(args.quick))}; models: {', '.join(models)}; auto candidates: {', '.join(cands)}")
     t0 = time.perf_counter()
@@ -306,6 +332,14 @@ def main(argv=None) -> int:
     print("fit+predict seconds per series (all 14 origins):")
     for m, t in sorted(run.timings.items()):
         print(f"  {m:<24} {t.get('seconds_per_series', t.get('seconds', 0.0)):8.2f}")
+
+    sets = candidate_set_costs(run, n_series) if WITH_GLOBAL in summary.index else None
+    if sets:
+        print(f"\nfit seconds per workload and fit (one origin), auto's candidate sets:")
+        for m, d in sets.items():
+            extra = (f" + {d['global_training_seconds_per_series']:.2f} s of global LSTM training per series "
+                     f"({d['global_training_seconds']:.0f} s / {n_series})" if d.get("global_training_seconds") else "")
+            print(f"  {m:<24} {d['seconds_per_fit']:6.2f} s per fit{extra}")
 
     refresh = None
     if not args.no_refresh:
@@ -364,7 +398,7 @@ def main(argv=None) -> int:
             + (" --targets-only" if args.targets_only else (f" --models {args.models}" if args.models != ALL_MODELS else ""))
             + (f" --series {args.series}" if args.series and not args.quick else "")
             + (f" --part {args.part}" if args.part != "holdout" else "") + (" --quick" if args.quick else "")
-            + (" --guard-grid" if args.guard_grid else ""),
+            + (" --guard-grid" if args.guard_grid else "") + (" --no-refresh" if args.no_refresh else ""),
             "part": args.part,
             "series": int(n_series),
             "models": models,
@@ -381,6 +415,7 @@ def main(argv=None) -> int:
             "refresh": refresh,
             "h1_ratio_vs_persistence": h1,
             "guard_comparison": guards,
+            "candidate_sets": sets,
             "targets": {k: list(v) if isinstance(v, tuple) else v for k, v in TARGETS.items()},
             "checks": checks,
         },

@@ -66,6 +66,9 @@ STATE_VARIANTS = {  # serving.peak_gap_states: 1 = one headroom at all times
 REFERENCE_VARIANTS = {  # the simple reference predictor (AR, p90, no headroom) run by the production code
     "simple AR p90": ("predictive", {"models": ("ar",)}, {"quantiles": ("p90",), "sources": ("model",), "headrooms": (1.0,)}),
 }
+CANDIDATE_VARIANTS = {  # training.models: auto's candidates plus the global LSTM and Prophet
+    "ours +lstm +prophet": ("predictive", {"models": ("auto", "lstm", "prophet")}, {}),
+}
 WINDOW_VARIANTS = {  # the HPA's scale-down stabilization window (behavior in the HPA manifest)
     "ours sd60": ("predictive", {}, {}, {"scale_down_window_seconds": 60}),
     "ours sd120": ("predictive", {}, {}, {"scale_down_window_seconds": 120}),
@@ -101,18 +104,44 @@ def reactive_name(target: float, window: int | None) -> str:
     return f"reactive t{target:.2f}" + ("" if window == 300 else f" sd{PREDICTIVE_SCALE_DOWN_WINDOW_SECONDS}")
 
 
+def _base(startup_kind: str, replay_days: float | None):
+    from replay.simulate import ReplayConfig, StartupModel
+
+    return ReplayConfig(startup=StartupModel(startup_kind, TIMING.pod_startup_seconds), **({"replay_days": replay_days} if replay_days else {}))
+
+
+def train_fleet_globals(series, variants: dict, startup_kind: str, replay_days: float | None) -> tuple[dict, dict]:
+    """Per predictive variant whose models include a global one (the LSTM): those models trained
+    once across the replayed series (``replay.series.replay_globals``, what ``foresight replay``
+    does), and the process CPU seconds it took."""
+    from dataclasses import replace
+
+    from replay.series import replay_globals
+
+    base = _base(startup_kind, replay_days)
+    out, seconds = {}, {}
+    for name, (mode, tr, sv, *rest) in variants.items():
+        if mode == "reactive":
+            continue
+        t0 = time.process_time()
+        got = replay_globals(replace(base, pipeline=_pipeline(tr, sv)), series)
+        if got:
+            out[name], seconds[name] = got, time.process_time() - t0
+    return out, seconds
+
+
 def _replay_one(args):
-    sid, ts, v, variants, startup_kind, replay_days = args
+    sid, ts, v, variants, startup_kind, replay_days, globals_by_variant = args
     import torch  # noqa: F401  (pin threads if a model uses it)
 
     torch.set_num_threads(1)
     from dataclasses import replace
 
-    from replay.simulate import ReplayConfig, StartupModel, make_world, production_feed, run_mode
+    from replay.simulate import make_world, production_feed, run_mode
 
     from replay.simulate import PREDICTIVE_SCALE_DOWN_WINDOW_SECONDS
 
-    base = ReplayConfig(startup=StartupModel(startup_kind, TIMING.pod_startup_seconds), **({"replay_days": replay_days} if replay_days else {}))
+    base = _base(startup_kind, replay_days)
     world = make_world(sid, ts, v, base)
     rows = []
     for window in REACTIVE_WINDOWS:
@@ -131,14 +160,31 @@ def _replay_one(args):
         cfg = replace(base, pipeline=_pipeline(tr, sv), **(rest[0] if rest else {}))
         key = (repr(sorted(tr.items())), repr(sorted(sv.items())))
         if key not in feeds:  # variants of the HPA alone read the same publications
-            feeds[key] = production_feed(world, cfg)
+            feeds[key] = production_feed(world, cfg, globals_by_variant.get(name))
         feed = feeds[key]
         r = run_mode(world, mode, cfg, feed)
         info = feed.summary()
         rows.append({**r.row(), "variant": name, "target": cfg.target, **feed.error(world.sample_ts, world.sample_cores, world.t0),
                      "median_headroom": info["median_headroom"], "persistence_days": info["persistence_days"],
-                     "fits": info["fits"], "models": json.dumps(info["models"]), **{f"src_{k}": n for k, n in r.extra.get("served_sources", {}).items()}})
+                     "fits": info["fits"], "fit_cpu_seconds": info["fit_cpu_seconds"],
+                     "refresh_cpu_seconds": info["refresh_cpu_seconds"], "models": json.dumps(info["models"]), **{f"src_{k}": n for k, n in r.extra.get("served_sources", {}).items()}})
     return rows
+
+
+def trainer_cost(df: pd.DataFrame, global_seconds: dict) -> dict:
+    """Per predictive variant with its own trainer: process CPU per fit and of the refreshes per
+    series, and the global models' fleet training (total and per series)."""
+    out = {}
+    if "fit_cpu_seconds" not in df:
+        return out
+    n = max(1, df.series_id.nunique())
+    for v, g in df[df.fit_cpu_seconds.notna()].groupby("variant"):
+        fits = float(g.fits.sum())
+        glob = float(global_seconds.get(v, 0.0))
+        out[v] = {"fits_per_series": fits / n, "fit_cpu_seconds_per_fit": float(g.fit_cpu_seconds.sum()) / max(1.0, fits),
+                  "refresh_cpu_seconds_per_series": float(g.refresh_cpu_seconds.sum()) / n,
+                  "global_training_cpu_seconds": glob, "global_training_cpu_seconds_per_series": glob / n}
+    return out
 
 
 def pareto(front: pd.DataFrame) -> pd.DataFrame:
@@ -317,12 +363,14 @@ def main(argv=None) -> int:
     ap.add_argument("--part", default="all", choices=["all", "tune", "holdout"],
                     help="tune: the series whose SHA-1(id) is even (defaults are chosen on them); holdout: the others (the headline)")
     add_quick_args(ap, "one bundled series, two replayed days, one worker, no example plots")
-    ap.add_argument("--variants", default="main", choices=["main", "costs", "states", "reference", "windows", "margins"],
+    ap.add_argument("--variants", default="main", choices=["main", "costs", "states", "reference", "windows", "margins",
+                                                          "candidates"],
                     help="main: ours (a default deployment); costs: main plus two other "
                          "serving.violation_cost_pods settings; states: main plus one headroom at all times "
                          "(serving.peak_gap_states: 1) and the 60 s scale-down window; reference: main plus "
                          "the simple AR predictor; windows: the scale-down window; margins: main plus two "
-                         "serving.model_margin settings")
+                         "serving.model_margin settings; candidates: main plus training.models "
+                         "[auto, lstm, prophet] (the global LSTM trained once across the replayed series)")
     ap.add_argument("--startup", default="constant", choices=["constant", "lognormal"], help="pod start-up model (constant 60 s = the reference)")
     ap.add_argument("--tag", default="", help="suffix for the result files")
     args = ap.parse_args(argv)
@@ -332,7 +380,8 @@ def main(argv=None) -> int:
                 "states": {**MAIN_VARIANTS, **STATE_VARIANTS, "ours sd60": WINDOW_VARIANTS["ours sd60"]},
                 "reference": {**MAIN_VARIANTS, **REFERENCE_VARIANTS},
                 "windows": {"ours": MAIN_VARIANTS["ours"], **WINDOW_VARIANTS},
-                "margins": {**MAIN_VARIANTS, **MARGIN_VARIANTS}}[args.variants]
+                "margins": {**MAIN_VARIANTS, **MARGIN_VARIANTS},
+                "candidates": {**MAIN_VARIANTS, **CANDIDATE_VARIANTS}}[args.variants]
     series = load_series(part=args.part, quick=args.quick)[args.offset :: args.every]
     replay_days = None
     if args.quick:
@@ -340,7 +389,11 @@ def main(argv=None) -> int:
     results = results_dir(args)
     print(f"replaying {len(series)} series with {len(variants)} predictive variants, {len(REACTIVE_TARGETS)} reactive targets, oracle")
     t_start = time.time()
-    jobs = [(sid, ts, v, variants, args.startup, replay_days) for sid, ts, v in series]
+    fleet, global_seconds = train_fleet_globals(series, variants, args.startup, replay_days)
+    for name, sec in global_seconds.items():
+        print(f"{name}: global models {', '.join(fleet[name]) or 'none (training failed)'} trained across "
+              f"{len(series)} series in {sec:.0f} s of CPU")
+    jobs = [(sid, ts, v, variants, args.startup, replay_days, fleet) for sid, ts, v in series]
     rows = []
     if args.workers > 1:
         import multiprocessing as mp
@@ -371,6 +424,13 @@ def main(argv=None) -> int:
               f"median SLO ratio vs r70 {p['median_slo_ratio_vs_r70_plus1']:.2f}, median cost ratio {p['median_cost_ratio_vs_r70']:.2f}")
         summary[v] = {k: x for k, x in p.items() if k != "rows"}
         pd.DataFrame(p["rows"]).to_csv(results / f"replay_equal_cost_{v.replace(' ', '_').replace('+', 'plus')}{tag}.csv", index=False)
+    cost = trainer_cost(df, global_seconds)
+    print("\nTRAINER CPU per workload (the production trainer's steps; process CPU seconds)")
+    for v, c in cost.items():
+        print(f"  {v:24s} {c['fit_cpu_seconds_per_fit']:6.2f} s per fit ({c['fits_per_series']:.1f} fits per series), "
+              f"refreshes {c['refresh_cpu_seconds_per_series']:6.1f} s per series"
+              + (f", global training {c['global_training_cpu_seconds']:.0f} s ({c['global_training_cpu_seconds_per_series']:.1f} s per series)"
+                 if c["global_training_cpu_seconds"] else ""))
     plot_frontier(tot, results / f"replay_frontier{tag}.png", "ours", args.part if args.part != "all" else "replayed")
     if "ours" in per:
         plot_equal_cost(per["ours"]["rows"], results / f"replay_equal_cost{tag}.png", "ours")
@@ -386,6 +446,7 @@ def main(argv=None) -> int:
         "totals": json.loads(tot.to_json(orient="index")),
         "medians": json.loads(med.to_json(orient="index")),
         "per_series_equal_cost": summary,
+        "trainer_cpu": cost,
         "forecast_error_ours_median": json.loads(errs.median().to_json()) if len(errs) else {},
         "forecast_error_ours_mean": json.loads(errs.mean().to_json()) if len(errs) else {},
         "example_plots": examples,
