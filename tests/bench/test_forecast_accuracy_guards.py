@@ -41,7 +41,7 @@ def test_quick_guard_table_compares_the_three_rows_on_the_tune_half_only(tmp_pat
 
 
 def test_quick_guard_grid_scores_every_point_on_the_same_fits_and_the_shipped_point_matches_auto(tmp_path):
-    from bench.forecast_accuracy import GUARD_GRID, grid_name
+    from bench.forecast_rows import GUARD_GRID, grid_name
     from forecaster.selection import SelectionSettings
 
     run_quick("forecast_accuracy", tmp_path, "--part", "tune", "--guard-grid")
@@ -60,7 +60,7 @@ def test_quick_guard_grid_scores_every_point_on_the_same_fits_and_the_shipped_po
 def test_quick_with_lstm_and_prophet_scores_auto_with_them_as_candidates_beside_auto(tmp_path):
     """``models: [auto, lstm, prophet]`` as a row of its own: auto's default candidates plus the
     global LSTM and Prophet, from the same fits, with both candidate sets' fit cost."""
-    from bench.forecast_accuracy import WITH_GLOBAL
+    from bench.forecast_rows import WITH_GLOBAL
 
     out = run_quick("forecast_accuracy", tmp_path, "--part", "tune", "--models", "auto,persistence,lstm,prophet",
                     "--lstm-epochs", "1", "--no-refresh")
