@@ -303,7 +303,8 @@ def main(argv=None) -> int:
             + (" --targets-only" if args.targets_only else (f" --models {args.models}" if args.models != ALL_MODELS else ""))
             + (f" --series {args.series}" if args.series and not args.quick else "")
             + (f" --part {args.part}" if args.part != "holdout" else "") + (" --quick" if args.quick else "")
-            + (" --guard-grid" if args.guard_grid else "") + (" --no-refresh" if args.no_refresh else ""),
+            + (" --guard-grid" if args.guard_grid else "") + (" --no-refresh" if args.no_refresh else "")
+            + (f" --name {args.name}" if args.name != "forecast_accuracy" else ""),
             "part": args.part,
             "series": int(n_series),
             "models": models,

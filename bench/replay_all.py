@@ -341,7 +341,8 @@ def main(argv=None) -> int:
     if args.workers > 1:
         import multiprocessing as mp
 
-        with mp.get_context("fork").Pool(args.workers) as pool:
+        # spawned: a forked child of a process that ran torch (the fleet's LSTM) can deadlock
+        with mp.get_context("spawn").Pool(args.workers) as pool:
             for r in tqdm(pool.imap_unordered(_replay_one, jobs), total=len(jobs), desc="series"):
                 rows.extend(r)
     else:
