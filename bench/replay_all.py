@@ -334,7 +334,7 @@ def main(argv=None) -> int:
     t_start = time.time()
     fleet, global_seconds = train_fleet_globals(series, variants, args.startup, replay_days)
     for name, sec in global_seconds.items():
-        print(f"{name}: global models {', '.join(fleet[name]) or 'none (training failed)'} trained across "
+        print(f"{name}: global models {', '.join(fleet[name])} trained across "
               f"{len(series)} series in {sec:.0f} s of CPU")
     jobs = [(sid, ts, v, variants, args.startup, replay_days, fleet) for sid, ts, v in series]
     rows = []
