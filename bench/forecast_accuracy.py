@@ -7,7 +7,10 @@ side in ONE run, plus the cost of refreshing 1,000 series' forecasts from new da
 splits them. Next to ``auto`` (what ships) two benchmark-only rows from the same candidate fits
 show the lead-step guard's history: ``auto_before_guard`` (no guard) and ``auto_guard_e4b3f37``
 (the first guard: persistence at h=1 unless the model wins by 3 standard errors); the guard table
-gives each one's median MASE at h = 1, 2, 3, 6, 12 and its h=1 tail against persistence.
+gives each one's median MASE at h = 1, 2, 3, 6, 12 and its h=1 tail against persistence. With
+``lstm`` and ``prophet`` among the models, the row ``auto_with_lstm_prophet`` is what
+``models: [auto, lstm, prophet]`` serves (auto choosing among its default candidates plus those
+two, from the same fits), with the fit seconds of both candidate sets per workload.
 
     .venv/bin/python bench/forecast_accuracy.py                 # full run (held-out half, all models)
     .venv/bin/python bench/forecast_accuracy.py --part tune     # the half the defaults were chosen on
@@ -38,13 +41,14 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bench.common import add_quick_args, cpu_files, results_dir, save_json  # noqa: E402
+from bench.forecast_rows import (  # noqa: E402
+    BEFORE_GUARD, FIRST_GUARD, WITH_GLOBAL, WITH_GLOBAL_MODELS, auto_variants, candidate_set_costs, guard_table,
+    h1_ratios, print_guard_table, tail_stats,
+)
 from bench.replay_all import in_part  # noqa: E402  (the one tune/holdout split of the benchmarks)
 
 ALL_MODELS = "auto,persistence,seasonal_naive,moving_average,ets,ar,ar_log,prophet,lstm"
 TARGET_MODELS = "auto,persistence"
-# benchmark-only rows of auto from the same fits (bench-side names, not settings a user sees)
-BEFORE_GUARD, FIRST_GUARD = "auto_before_guard", "auto_guard_e4b3f37"
-GUARD_HORIZONS = (1, 2, 3, 6, 12)
 TARGETS = {
     "auto_mean_mase_median_max": 0.70,
     # the guard's cost at the served horizons: auto's median MASE at h=1, 2 over before-guard's
@@ -118,81 +122,6 @@ def refresh_benchmark(frame: pd.DataFrame, n_series: int = 1000, fit_series: int
     }
 
 
-# --guard-grid: the lead-guard settings the defaults are chosen from (on --part tune), as
-# (lead_evidence_z, lead_max_move); every point is scored on the same candidate fits
-GUARD_GRID = tuple((z, m) for z in (3.0, 4.0, 6.0, 8.0) for m in (2.0, 3.0, 4.0))
-
-
-def grid_name(z: float, move: float) -> str:
-    return f"auto_grid_z{z:g}_move{move:g}"
-
-
-def auto_variants(cands, grid: bool = False) -> tuple:
-    """The benchmark-only rows of auto (``BacktestSettings.auto_variants``); with ``grid`` also
-    one row per point of GUARD_GRID."""
-    from forecaster.models.guard import fixed_z_lead_guard
-    from forecaster.selection import SelectionSettings
-
-    rows = ((BEFORE_GUARD, SelectionSettings(candidates=cands, lead_guard=False), None),
-            (FIRST_GUARD, SelectionSettings(candidates=cands), fixed_z_lead_guard))
-    if grid:
-        rows += tuple((grid_name(z, m), SelectionSettings(candidates=cands, lead_evidence_z=z, lead_max_move=m), None)
-                      for z, m in GUARD_GRID)
-    return rows
-
-
-def h1_ratios(rows: pd.DataFrame, model: str = "auto") -> pd.DataFrame:
-    """Per series: ``model``'s and persistence's MAE at h=1 (over the origins) and their ratio
-    (1.0 when both are exact, inf when only persistence is)."""
-    h1 = rows[rows.h == 1].pivot_table(index="series_id", columns="model", values="mae")
-    out = pd.DataFrame({"mae_auto": h1[model], "mae_persistence": h1["persistence"]}).dropna()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = out["mae_auto"] / out["mae_persistence"]
-    r[(out["mae_persistence"] == 0) & (out["mae_auto"] == 0)] = 1.0
-    out["ratio"] = r
-    return out.sort_values("ratio", ascending=False)
-
-
-def tail_stats(ratios: pd.DataFrame, worst: int = 8) -> dict:
-    r = ratios["ratio"]
-    return {
-        "series": int(len(r)),
-        "max": float(r.max()),
-        "median": float(r.median()),
-        "above_1.1": int((r > 1.1).sum()),
-        "share_above_1.1": float((r > 1.1).mean()),
-        "above_1.5": int((r > 1.5).sum()),
-        "worst": [{"series_id": sid, **{k: float(v) for k, v in row.items()}} for sid, row in ratios.head(worst).iterrows()],
-    }
-
-
-def guard_table(rows: pd.DataFrame) -> dict:
-    """Per auto row (shipped and benchmark-only): median MASE at the guard horizons and over
-    h = 1..12, and the h=1 tail against persistence."""
-    out = {}
-    present = set(rows.model)
-    for m in ("auto", BEFORE_GUARD, FIRST_GUARD) + tuple(sorted(x for x in present if x.startswith("auto_grid_"))):
-        g = rows[rows.model == m]
-        if not len(g):
-            continue
-        med = g.groupby("h")["mase"].median()
-        t = tail_stats(h1_ratios(rows, m), worst=3)
-        out[m] = {**{f"mase_h{h}_median": float(med.get(h, np.nan)) for h in GUARD_HORIZONS},
-                  "mean_mase_median": float(g.groupby("series_id")["mase"].mean().median()),
-                  **{f"h1_ratio_{k}": v for k, v in t.items()}}
-    return out
-
-
-def print_guard_table(table: dict) -> None:
-    cols = " ".join(f"{'h=' + str(h):>6}" for h in GUARD_HORIZONS)
-    print(f"\nlead-step guard: median MASE per horizon, and h=1 MAE over persistence's per series")
-    print(f"  {'':<24} {cols} {'h1-12':>6}   {'worst h=1':>9} {'>1.1x':>9}")
-    for m, d in table.items():
-        vals = " ".join(f"{d[f'mase_h{h}_median']:6.3f}" for h in GUARD_HORIZONS)
-        print(f"  {m:<24} {vals} {d['mean_mase_median']:6.3f}   {d['h1_ratio_max']:8.2f}x "
-              f"{d['h1_ratio_above_1.1']:3d} ({d['h1_ratio_share_above_1.1']:.1%})")
-
-
 def plot(summary: pd.DataFrame, rows: pd.DataFrame, path: Path, ratios: pd.DataFrame | None = None) -> None:
     import matplotlib
 
@@ -248,7 +177,8 @@ def main(argv=None) -> int:
     ap.add_argument("--part", default="holdout", choices=["all", "tune", "holdout"],
                     help="series by SHA-1(series id): tune (even; the guard defaults were chosen on it), "
                     "holdout (odd; the default, the headline) or all")
-    ap.add_argument("--models", default=ALL_MODELS)
+    ap.add_argument("--models", default=None, help=f"comma-separated (default {ALL_MODELS}; with --quick {TARGET_MODELS}); "
+                    f"with auto, lstm and prophet also the {WITH_GLOBAL} row (models: [auto, lstm, prophet])")
     ap.add_argument("--targets-only", action="store_true",
                     help=f"run only {TARGET_MODELS} (what the targets need) instead of every model")
     ap.add_argument("--lstm-epochs", type=int, default=10)
@@ -260,8 +190,9 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="worker processes for the per-series backtests (default 2 = the 2 cores)")
     add_quick_args(ap, "auto and persistence on 2 bundled series, 2 origins, 3 days of training, 20 refreshes")
     args = ap.parse_args(argv)
-    if args.targets_only or args.quick:
+    if args.targets_only or (args.quick and args.models is None):
         args.models = TARGET_MODELS
+    args.models = args.models or ALL_MODELS
     if args.quick:
         args.series, args.refresh_series, args.jobs = 2, 20, 1
     out = results_dir(args)
@@ -276,11 +207,11 @@ def main(argv=None) -> int:
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     frame = load_all(args.series, quick=args.quick, part=args.part)
     n_series = frame["series_id"].nunique()
-    # the global LSTM runs as its own model; as an auto candidate it did not help on a
-    # 30-series trial (noise-level change), so auto uses the cheap statistical candidates
+    # auto as shipped; the WITH_GLOBAL row adds the global LSTM and Prophet as candidates
     cands = DEFAULT_CANDIDATES
     quick = {"eval_days": 1.0, "train_days": 3.0} if args.quick else {}
-    variants = auto_variants(cands, args.guard_grid) if "auto" in models else ()
+    with_global = set(WITH_GLOBAL_MODELS) <= set(models)
+    variants = auto_variants(cands, args.guard_grid, with_global) if "auto" in models else ()
     settings = BacktestSettings(selection=SelectionSettings(candidates=cands), auto_variants=variants, **quick)
     print(f"{n_series} series ({args.part}) from {', '.join(str(f) for f in cpu_files(args.quick))}; models: {', '.join(models)}; auto candidates: {', '.join(cands)}")
     t0 = time.perf_counter()
@@ -306,6 +237,14 @@ def main(argv=None) -> int:
     print("fit+predict seconds per series (all 14 origins):")
     for m, t in sorted(run.timings.items()):
         print(f"  {m:<24} {t.get('seconds_per_series', t.get('seconds', 0.0)):8.2f}")
+
+    sets = candidate_set_costs(run, n_series) if WITH_GLOBAL in summary.index else None
+    if sets:
+        print(f"\nfit seconds per workload and fit (one origin), auto's candidate sets:")
+        for m, d in sets.items():
+            extra = (f" + {d['global_training_seconds_per_series']:.2f} s of global LSTM training per series "
+                     f"({d['global_training_seconds']:.0f} s / {n_series})" if d.get("global_training_seconds") else "")
+            print(f"  {m:<24} {d['seconds_per_fit']:6.2f} s per fit{extra}")
 
     refresh = None
     if not args.no_refresh:
@@ -364,7 +303,8 @@ def main(argv=None) -> int:
             + (" --targets-only" if args.targets_only else (f" --models {args.models}" if args.models != ALL_MODELS else ""))
             + (f" --series {args.series}" if args.series and not args.quick else "")
             + (f" --part {args.part}" if args.part != "holdout" else "") + (" --quick" if args.quick else "")
-            + (" --guard-grid" if args.guard_grid else ""),
+            + (" --guard-grid" if args.guard_grid else "") + (" --no-refresh" if args.no_refresh else "")
+            + (f" --name {args.name}" if args.name != "forecast_accuracy" else ""),
             "part": args.part,
             "series": int(n_series),
             "models": models,
@@ -381,6 +321,7 @@ def main(argv=None) -> int:
             "refresh": refresh,
             "h1_ratio_vs_persistence": h1,
             "guard_comparison": guards,
+            "candidate_sets": sets,
             "targets": {k: list(v) if isinstance(v, tuple) else v for k, v in TARGETS.items()},
             "checks": checks,
         },

@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from bench.replay_plots import plot_equal_cost, plot_frontier  # noqa: E402
 from forecaster.timing import TIMING  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -66,6 +67,9 @@ STATE_VARIANTS = {  # serving.peak_gap_states: 1 = one headroom at all times
 REFERENCE_VARIANTS = {  # the simple reference predictor (AR, p90, no headroom) run by the production code
     "simple AR p90": ("predictive", {"models": ("ar",)}, {"quantiles": ("p90",), "sources": ("model",), "headrooms": (1.0,)}),
 }
+CANDIDATE_VARIANTS = {  # training.models: auto's candidates plus the global LSTM and Prophet
+    "ours +lstm +prophet": ("predictive", {"models": ("auto", "lstm", "prophet")}, {}),
+}
 WINDOW_VARIANTS = {  # the HPA's scale-down stabilization window (behavior in the HPA manifest)
     "ours sd60": ("predictive", {}, {}, {"scale_down_window_seconds": 60}),
     "ours sd120": ("predictive", {}, {}, {"scale_down_window_seconds": 120}),
@@ -101,18 +105,44 @@ def reactive_name(target: float, window: int | None) -> str:
     return f"reactive t{target:.2f}" + ("" if window == 300 else f" sd{PREDICTIVE_SCALE_DOWN_WINDOW_SECONDS}")
 
 
+def _base(startup_kind: str, replay_days: float | None):
+    from replay.simulate import ReplayConfig, StartupModel
+
+    return ReplayConfig(startup=StartupModel(startup_kind, TIMING.pod_startup_seconds), **({"replay_days": replay_days} if replay_days else {}))
+
+
+def train_fleet_globals(series, variants: dict, startup_kind: str, replay_days: float | None) -> tuple[dict, dict]:
+    """Per predictive variant whose models include a global one (the LSTM): those models trained
+    once across the replayed series (``replay.series.replay_globals``, what ``foresight replay``
+    does), and the process CPU seconds it took."""
+    from dataclasses import replace
+
+    from replay.series import replay_globals
+
+    base = _base(startup_kind, replay_days)
+    out, seconds = {}, {}
+    for name, (mode, tr, sv, *rest) in variants.items():
+        if mode == "reactive":
+            continue
+        t0 = time.process_time()
+        got = replay_globals(replace(base, pipeline=_pipeline(tr, sv)), series)
+        if got:
+            out[name], seconds[name] = got, time.process_time() - t0
+    return out, seconds
+
+
 def _replay_one(args):
-    sid, ts, v, variants, startup_kind, replay_days = args
+    sid, ts, v, variants, startup_kind, replay_days, globals_by_variant = args
     import torch  # noqa: F401  (pin threads if a model uses it)
 
     torch.set_num_threads(1)
     from dataclasses import replace
 
-    from replay.simulate import ReplayConfig, StartupModel, make_world, production_feed, run_mode
+    from replay.simulate import make_world, production_feed, run_mode
 
     from replay.simulate import PREDICTIVE_SCALE_DOWN_WINDOW_SECONDS
 
-    base = ReplayConfig(startup=StartupModel(startup_kind, TIMING.pod_startup_seconds), **({"replay_days": replay_days} if replay_days else {}))
+    base = _base(startup_kind, replay_days)
     world = make_world(sid, ts, v, base)
     rows = []
     for window in REACTIVE_WINDOWS:
@@ -131,14 +161,31 @@ def _replay_one(args):
         cfg = replace(base, pipeline=_pipeline(tr, sv), **(rest[0] if rest else {}))
         key = (repr(sorted(tr.items())), repr(sorted(sv.items())))
         if key not in feeds:  # variants of the HPA alone read the same publications
-            feeds[key] = production_feed(world, cfg)
+            feeds[key] = production_feed(world, cfg, globals_by_variant.get(name))
         feed = feeds[key]
         r = run_mode(world, mode, cfg, feed)
         info = feed.summary()
         rows.append({**r.row(), "variant": name, "target": cfg.target, **feed.error(world.sample_ts, world.sample_cores, world.t0),
                      "median_headroom": info["median_headroom"], "persistence_days": info["persistence_days"],
-                     "fits": info["fits"], "models": json.dumps(info["models"]), **{f"src_{k}": n for k, n in r.extra.get("served_sources", {}).items()}})
+                     "fits": info["fits"], "fit_cpu_seconds": info["fit_cpu_seconds"],
+                     "refresh_cpu_seconds": info["refresh_cpu_seconds"], "models": json.dumps(info["models"]), **{f"src_{k}": n for k, n in r.extra.get("served_sources", {}).items()}})
     return rows
+
+
+def trainer_cost(df: pd.DataFrame, global_seconds: dict) -> dict:
+    """Per predictive variant with its own trainer: process CPU per fit and of the refreshes per
+    series, and the global models' fleet training (total and per series)."""
+    out = {}
+    if "fit_cpu_seconds" not in df:
+        return out
+    n = max(1, df.series_id.nunique())
+    for v, g in df[df.fit_cpu_seconds.notna()].groupby("variant"):
+        fits = float(g.fits.sum())
+        glob = float(global_seconds.get(v, 0.0))
+        out[v] = {"fits_per_series": fits / n, "fit_cpu_seconds_per_fit": float(g.fit_cpu_seconds.sum()) / max(1.0, fits),
+                  "refresh_cpu_seconds_per_series": float(g.refresh_cpu_seconds.sum()) / n,
+                  "global_training_cpu_seconds": glob, "global_training_cpu_seconds_per_series": glob / n}
+    return out
 
 
 def pareto(front: pd.DataFrame) -> pd.DataFrame:
@@ -213,64 +260,6 @@ def analyse(df: pd.DataFrame, headline: str) -> dict:
     return {"totals": tot, "medians": med, "per_series": per}
 
 
-def plot_frontier(tot: pd.DataFrame, path: Path, headline: str, part: str = "replayed") -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 5.5))
-    react = tot[tot.index.str.startswith("reactive")]
-    for sd, color, what in (("300", "tab:red", "Kubernetes' 300 s"), ("sd", "tab:orange", "the shipped predictive")):
-        re = react[react.index.str.contains(" sd") == (sd == "sd")].sort_values("cost_x")
-        ax.plot(re["cost_x"], re["slo_x"], "o-", color=color, label=f"reactive HPA, targets 0.4-0.7, {what} scale-down window")
-        for name, row in re.iterrows():
-            ax.annotate(name.split()[1], (row["cost_x"], row["slo_x"]), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
-    ours = tot[~tot.index.str.startswith("reactive") & (tot.index != "oracle")]
-    pred = ours.sort_values("cost_x")
-    ax.plot(pred["cost_x"], pred["slo_x"], "s", color="tab:blue", label="foresight predictive (variants)")
-    for i, (name, row) in enumerate(ours.sort_values("slo_x", ascending=False).iterrows()):  # stacked: variants lie close
-        ax.annotate(name, (row["cost_x"], row["slo_x"]), textcoords="offset points", xytext=(40, 10 - 14 * i), fontsize=8,
-                    color="tab:blue", arrowprops={"arrowstyle": "-", "color": "tab:blue", "lw": 0.5})
-    o = tot.loc["oracle"]
-    ax.plot([o["cost_x"]], [o["slo_x"]], "*", ms=14, color="black", label="oracle")
-    ax.axvline(1.10, color="gray", lw=0.6, ls=":")  # the targets: <= 0.18x SLO at <= 1.10x cost
-    ax.axhline(0.18, color="gray", lw=0.6, ls=":")
-    ax.annotate("target", (1.10, 0.18), textcoords="offset points", xytext=(-36, -12), fontsize=8, color="gray")
-    ax.set_xlabel("replica-minutes / reactive 70% (cost)")
-    ax.set_ylabel("SLO-violation minutes / reactive 70% (risk)")
-    ax.set_title(f"Cost vs risk, totals over the {part} series")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def plot_equal_cost(rows: list[dict], path: Path, name: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 6))
-    x = np.array([r["reactive_equal_cost_slo"] for r in rows]) + 1
-    y = np.array([r["ours_slo"] for r in rows]) + 1
-    col = ["tab:green" if a < b else ("tab:gray" if a == b else "tab:red") for a, b in zip(y, x)]
-    ax.scatter(x, y, c=col, s=18)
-    lim = [1, max(x.max(), y.max()) * 1.2]
-    ax.plot(lim, lim, "k--", lw=0.8)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("reactive HPA retuned to the same cost: SLO-violation minutes + 1")
-    ax.set_ylabel(f"{name}: SLO-violation minutes + 1")
-    ax.set_title("Per series at equal cost (green: ours better, red: worse)")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def plot_examples(df: pd.DataFrame, per: dict, series, variants: dict, startup_kind: str, tag: str, results: Path) -> list[str]:
     """Re-run the series where ours loses worst at equal cost (and the one it wins best) and
     draw demand / ready capacity / replicas for reactive 70%, the reactive target closest to
@@ -317,12 +306,14 @@ def main(argv=None) -> int:
     ap.add_argument("--part", default="all", choices=["all", "tune", "holdout"],
                     help="tune: the series whose SHA-1(id) is even (defaults are chosen on them); holdout: the others (the headline)")
     add_quick_args(ap, "one bundled series, two replayed days, one worker, no example plots")
-    ap.add_argument("--variants", default="main", choices=["main", "costs", "states", "reference", "windows", "margins"],
+    ap.add_argument("--variants", default="main", choices=["main", "costs", "states", "reference", "windows", "margins",
+                                                          "candidates"],
                     help="main: ours (a default deployment); costs: main plus two other "
                          "serving.violation_cost_pods settings; states: main plus one headroom at all times "
                          "(serving.peak_gap_states: 1) and the 60 s scale-down window; reference: main plus "
                          "the simple AR predictor; windows: the scale-down window; margins: main plus two "
-                         "serving.model_margin settings")
+                         "serving.model_margin settings; candidates: main plus training.models "
+                         "[auto, lstm, prophet] (the global LSTM trained once across the replayed series)")
     ap.add_argument("--startup", default="constant", choices=["constant", "lognormal"], help="pod start-up model (constant 60 s = the reference)")
     ap.add_argument("--tag", default="", help="suffix for the result files")
     args = ap.parse_args(argv)
@@ -332,7 +323,8 @@ def main(argv=None) -> int:
                 "states": {**MAIN_VARIANTS, **STATE_VARIANTS, "ours sd60": WINDOW_VARIANTS["ours sd60"]},
                 "reference": {**MAIN_VARIANTS, **REFERENCE_VARIANTS},
                 "windows": {"ours": MAIN_VARIANTS["ours"], **WINDOW_VARIANTS},
-                "margins": {**MAIN_VARIANTS, **MARGIN_VARIANTS}}[args.variants]
+                "margins": {**MAIN_VARIANTS, **MARGIN_VARIANTS},
+                "candidates": {**MAIN_VARIANTS, **CANDIDATE_VARIANTS}}[args.variants]
     series = load_series(part=args.part, quick=args.quick)[args.offset :: args.every]
     replay_days = None
     if args.quick:
@@ -340,12 +332,17 @@ def main(argv=None) -> int:
     results = results_dir(args)
     print(f"replaying {len(series)} series with {len(variants)} predictive variants, {len(REACTIVE_TARGETS)} reactive targets, oracle")
     t_start = time.time()
-    jobs = [(sid, ts, v, variants, args.startup, replay_days) for sid, ts, v in series]
+    fleet, global_seconds = train_fleet_globals(series, variants, args.startup, replay_days)
+    for name, sec in global_seconds.items():
+        print(f"{name}: global models {', '.join(fleet[name])} trained across "
+              f"{len(series)} series in {sec:.0f} s of CPU")
+    jobs = [(sid, ts, v, variants, args.startup, replay_days, fleet) for sid, ts, v in series]
     rows = []
     if args.workers > 1:
         import multiprocessing as mp
 
-        with mp.get_context("fork").Pool(args.workers) as pool:
+        # spawned: a forked child of a process that ran torch (the fleet's LSTM) can deadlock
+        with mp.get_context("spawn").Pool(args.workers) as pool:
             for r in tqdm(pool.imap_unordered(_replay_one, jobs), total=len(jobs), desc="series"):
                 rows.extend(r)
     else:
@@ -371,6 +368,13 @@ def main(argv=None) -> int:
               f"median SLO ratio vs r70 {p['median_slo_ratio_vs_r70_plus1']:.2f}, median cost ratio {p['median_cost_ratio_vs_r70']:.2f}")
         summary[v] = {k: x for k, x in p.items() if k != "rows"}
         pd.DataFrame(p["rows"]).to_csv(results / f"replay_equal_cost_{v.replace(' ', '_').replace('+', 'plus')}{tag}.csv", index=False)
+    cost = trainer_cost(df, global_seconds)
+    print("\nTRAINER CPU per workload (the production trainer's steps; process CPU seconds)")
+    for v, c in cost.items():
+        print(f"  {v:24s} {c['fit_cpu_seconds_per_fit']:6.2f} s per fit ({c['fits_per_series']:.1f} fits per series), "
+              f"refreshes {c['refresh_cpu_seconds_per_series']:6.1f} s per series"
+              + (f", global training {c['global_training_cpu_seconds']:.0f} s ({c['global_training_cpu_seconds_per_series']:.1f} s per series)"
+                 if c["global_training_cpu_seconds"] else ""))
     plot_frontier(tot, results / f"replay_frontier{tag}.png", "ours", args.part if args.part != "all" else "replayed")
     if "ours" in per:
         plot_equal_cost(per["ours"]["rows"], results / f"replay_equal_cost{tag}.png", "ours")
@@ -386,6 +390,7 @@ def main(argv=None) -> int:
         "totals": json.loads(tot.to_json(orient="index")),
         "medians": json.loads(med.to_json(orient="index")),
         "per_series_equal_cost": summary,
+        "trainer_cpu": cost,
         "forecast_error_ours_median": json.loads(errs.median().to_json()) if len(errs) else {},
         "forecast_error_ours_mean": json.loads(errs.mean().to_json()) if len(errs) else {},
         "example_plots": examples,

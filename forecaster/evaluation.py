@@ -35,6 +35,7 @@ from forecaster.selection import (
     conformal_offsets,
     evaluate_candidates,
 )
+from forecaster.training import GLOBAL_MODELS
 
 RESULT_COLUMNS = ["series_id", "model", "h", "mae", "mase", "pinball_p90", "coverage_p90"]
 
@@ -48,7 +49,9 @@ class BacktestSettings:
     quantiles: tuple[float, ...] = (0.5, 0.9)
     selection: SelectionSettings = field(default_factory=SelectionSettings)
     # more rows of ``auto`` from the same candidate fits: (row name, selection settings, guard
-    # rule or None), e.g. the benchmark's earlier guard rules side by side
+    # rule or None), e.g. the benchmark's earlier guard rules side by side; a row whose settings
+    # name other candidates (e.g. auto's plus the global LSTM) chooses among those, each fitted
+    # once per origin like auto's
     auto_variants: tuple = ()
 
 
@@ -132,10 +135,13 @@ def _fit_predict_all(
         tm[name] = tm.get(name, 0.0) + time.perf_counter() - t0 + (r.seconds if r is not None else 0.0)
     chosen, scores = "persistence", {}
     if auto_candidates is not None:
-        t0 = time.perf_counter()
-        sub = [by_name[c] for c in auto_candidates if c in by_name and by_name[c].model is not None]
         variants = (("auto", settings.selection, None),) + tuple(settings.auto_variants)
         for name, sel, rule in variants:
+            t0 = time.perf_counter()
+            # a row with its own candidate set (e.g. the default plus the global LSTM) chooses
+            # among those fits; the others among auto's
+            names = auto_candidates if name == "auto" or sel.candidates == settings.selection.candidates else sel.candidates
+            sub = [by_name[c] for c in names if c in by_name and by_name[c].model is not None]
             if short or not sub:
                 p = fallback.predict(H, qs)
             else:
@@ -143,9 +149,9 @@ def _fit_predict_all(
                 if name == "auto":
                     scores, chosen = {r.name: r.score for r in pool}, best.name
             out[name] = (p.mean, dict(p.quantiles))
-            if name == "auto":  # auto costs its candidates' fits plus the choice on top
-                tm["auto"] = tm.get("auto", 0.0) + time.perf_counter() - t0 + sum(
-                    by_name[c].seconds for c in auto_candidates if c in by_name)
+            # a row of auto costs its candidates' fits plus the choice on top
+            tm[name] = tm.get(name, 0.0) + time.perf_counter() - t0 + sum(
+                by_name[c].seconds for c in names if c in by_name)
     return out, chosen, scores
 
 
@@ -182,9 +188,12 @@ def backtest_series(
     if auto:
         cands = [c for c in auto_candidates if c in protos]
         for c in auto_candidates:
-            if c not in protos and c not in ("lstm",):
+            if c not in protos and c not in GLOBAL_MODELS:
                 protos[c] = c
                 cands.append(c)
+        for c in _all_candidates(settings):  # the candidates of rows with their own set
+            if c not in protos and c not in GLOBAL_MODELS:
+                protos[c] = c
     train_pts = int(round(settings.train_days * season))
     out = []
     for o in origin_indices(len(y), season, settings):
@@ -197,7 +206,8 @@ def backtest_series(
         fc, chosen, _ = _fit_predict_all(tr_y, tr_ts, protos, settings, cands)
         if timings is not None:
             timings["fit_predict_seconds"] = timings.get("fit_predict_seconds", 0.0) + time.perf_counter() - t0
-        wanted = set(m if isinstance(m, str) else m.name for m in models) | ({"auto"} if auto else set())
+        wanted = set(m if isinstance(m, str) else m.name for m in models) | (
+            {"auto", *(name for name, _, _ in settings.auto_variants)} if auto else set())
         fc = {k: v for k, v in fc.items() if k in wanted}
         out.append(OriginForecasts(o, actual, naive_scale(tr_y), fc, chosen))
     return out
@@ -260,7 +270,7 @@ def run_backtest(
     lstm_report: dict = {}
     timings: dict[str, dict[str, float]] = {}
     auto_cands = list(settings.selection.candidates)
-    if "lstm" in names or "lstm" in auto_cands:
+    if "lstm" in names or (auto and "lstm" in _all_candidates(settings)):
         t0 = time.perf_counter()
         bar = tqdm(total=int((lstm_params or {}).get("epochs", 12)), desc="lstm (global) training", disable=not progress, leave=False)
         proto = train_global_lstm(arrays, settings, progress=lambda e: bar.update(1), **dict(lstm_params or {}))
@@ -311,6 +321,14 @@ def _grid_step(frame) -> float:
     return infer_step_seconds(first["timestamp"].astype("int64").to_numpy() / 1e9)
 
 
+def _all_candidates(settings: BacktestSettings) -> list[str]:
+    """The candidates of ``auto`` and of every row in ``auto_variants``, each once."""
+    out = list(settings.selection.candidates)
+    for _, sel, _ in settings.auto_variants:
+        out.extend(c for c in sel.candidates if c not in out)
+    return out
+
+
 def _backtest_timed(sid, ts, v, protos, settings, auto, auto_cands, per_model_time):
     """Like ``backtest_series`` but fits each model in its own timed call; ``auto`` reuses
     the candidates' fits (its own time is the selection on top)."""
@@ -320,8 +338,9 @@ def _backtest_timed(sid, ts, v, protos, settings, auto, auto_cands, per_model_ti
     season = season_length(ts)
     by_name = {(p if isinstance(p, str) else p.name): p for p in protos}
     cand_names = [c for c in auto_cands if c in by_name or c != "lstm"]
-    for c in cand_names:
-        by_name.setdefault(c, c)
+    for c in _all_candidates(settings) if auto else ():
+        if c in by_name or c not in GLOBAL_MODELS:  # a global model is fitted once, up front
+            by_name.setdefault(c, c)
     wanted = [p if isinstance(p, str) else p.name for p in protos]
     train_pts = int(round(settings.train_days * season))
     out = []

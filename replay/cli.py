@@ -124,7 +124,7 @@ def run_replay(args: argparse.Namespace) -> int:
     from forecaster.frames import series_arrays
     from forecaster.sources.csv import read_long_csv
     from replay import report
-    from replay.series import ReplayWork, replay_series, work_items
+    from replay.series import ReplayWork, replay_globals, replay_series, work_items
     from replay.simulate import MODES
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -153,7 +153,8 @@ def run_replay(args: argparse.Namespace) -> int:
     bar = tqdm(total=len(series), desc="replay", unit="series")
     engine = engine_from_args(args)
     try:  # one production feed per series: a series is the unit of work
-        done = engine.map(replay_series, work_items(series, plotted=12), context=ReplayWork(cfg, tuple(modes)),
+        prototypes = replay_globals(cfg, series) if any(m.startswith("predictive") for m in modes) else {}
+        done = engine.map(replay_series, work_items(series, plotted=12), context=ReplayWork(cfg, tuple(modes), prototypes),
                           progress=bar.update)
     finally:
         engine.close()

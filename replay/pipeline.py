@@ -11,21 +11,30 @@ side reads ``store.latest`` and turns it into the served value with ``forecaster
 
 The history window is the one ``train_once`` pulls at ``now = s + delay``: the grid points in
 [end - history_days, end] with end = floor(now / step) * step = s.
+
+Global models (the LSTM of ``models: [auto, lstm]``) train across a fleet: :func:`fleet_globals`
+trains them once on what every replayed series' first fit sees, and each feed's trainer starts
+with them (``prototypes``). Production retrains them with the fits (daily by default); the
+replay holds them fixed, as the backtest does. A feed given none trains them on its own series
+at its first fit (a fleet of one).
 """
 
 from __future__ import annotations
 
 import bisect
+import time
 from dataclasses import dataclass, field
+from typing import Mapping
 
 import numpy as np
 
 from forecaster.config import SourceConfig, TrainingConfig
+from forecaster.models import Model
 from forecaster.serving import ServingSettings
 from forecaster.store import Forecast, MemoryForecastStore
 from forecaster.training import Trainer, step_workload
 
-__all__ = ["PipelineConfig", "ProductionFeed"]
+__all__ = ["PipelineConfig", "ProductionFeed", "fleet_globals"]
 
 
 @dataclass(frozen=True)
@@ -46,7 +55,7 @@ class ProductionFeed:
 
     def __init__(self, series_id: str, sample_ts: np.ndarray, sample_values: np.ndarray, *, delay_seconds: float,
                  start: float, end: float, capacity_per_pod: float, pipeline: PipelineConfig,
-                 step_seconds: float = 300.0) -> None:
+                 step_seconds: float = 300.0, prototypes: Mapping[str, Model] | None = None) -> None:
         self.series_id = series_id
         self.ts = np.asarray(sample_ts, dtype="float64")
         self.values = np.asarray(sample_values, dtype="float64")
@@ -57,8 +66,9 @@ class ProductionFeed:
         t = pipeline.training
         self.trainer = Trainer(
             self.store, models=t.models, horizon=t.horizon_steps, quantiles=t.quantiles, step_seconds=self.step,
-            retrain_interval_seconds=t.retrain_interval_seconds, serving=pipeline.serving,
+            retrain_interval_seconds=t.retrain_interval_seconds, serving=pipeline.serving, prototypes=prototypes,
         )
+        self._train_global = self.trainer.has_global() and not prototypes  # then a fleet of one, at the first fit
         self.meta = {"namespace": "replay", "workload": series_id, "cpu_request_cores": float(capacity_per_pod)}
         # one trainer step per sample whose publication falls in [start - step, end)
         first = int(np.searchsorted(self.ts, start - self.delay - self.step, side="left"))
@@ -71,6 +81,8 @@ class ProductionFeed:
         self.policies: list[dict] = []
         self.published: list[Forecast] = []  # every forecast published so far, in order
         self._pub_times: list[float] = []
+        self.fit_cpu_seconds = 0.0  # process CPU of the steps that retrained (fit + that refresh)
+        self.refresh_cpu_seconds = 0.0  # and of the other steps (refresh only)
 
     def publish_times(self) -> np.ndarray:
         return self.ts[self.origins] + self.delay
@@ -84,16 +96,33 @@ class ProductionFeed:
             moved = True
         return moved
 
-    def _step(self, i: int) -> None:
+    def _history(self, i: int) -> tuple[float, np.ndarray, np.ndarray]:
+        """(now, timestamps, values): what ``train_once`` pulls at the step of sample ``i``."""
         now = float(self.ts[i] + self.delay)
         end = float(np.floor(now / self.step) * self.step)
         lo = int(np.searchsorted(self.ts, end - self.window, side="left"))
         hi = int(np.searchsorted(self.ts, end, side="right"))
-        ts, vals = self.ts[lo:hi], self.values[lo:hi]
+        return now, self.ts[lo:hi], self.values[lo:hi]
+
+    def first_history(self) -> tuple[np.ndarray, np.ndarray]:
+        """The history the first fit sees (what a fleet's global models train on)."""
+        return self._history(int(self.origins[0]))[1:] if len(self.origins) else (self.ts[:0], self.values[:0])
+
+    def _step(self, i: int) -> None:
+        now, ts, vals = self._history(i)
         if not np.isfinite(vals).any():
             return  # train_once reports "no data" for this workload and publishes nothing
         due = self.trainer.due(self.series_id, now)
+        cpu = time.process_time()
+        if due and self._train_global:
+            self.trainer.fit_global({self.series_id: (ts, vals)}, now=now)
+            self._train_global = False
         fc = step_workload(self.trainer, self.series_id, ts, vals, now, self.meta)
+        cpu = time.process_time() - cpu
+        if due:
+            self.fit_cpu_seconds += cpu
+        else:
+            self.refresh_cpu_seconds += cpu
         self.published.append(self.store.latest(self.series_id))
         self._pub_times.append(now)
         if due:
@@ -139,8 +168,22 @@ class ProductionFeed:
         heads = [p.get("headroom") for p in self.policies if p]  # with headroom states: the largest
         return {
             "fits": self.fits,
+            "fit_cpu_seconds": self.fit_cpu_seconds,
+            "refresh_cpu_seconds": self.refresh_cpu_seconds,
             "models": dict(Counter(self.models_chosen)),
             "median_headroom": float(np.median(heads)) if heads else float("nan"),
             "persistence_days": sum(1 for p in self.policies if p and p.get("source") == "persistence"),
         }
 
+
+
+def fleet_globals(pipeline: PipelineConfig, histories: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, Model]:
+    """The global models ``pipeline``'s trainer has among its candidates, trained once across
+    ``histories`` (series_id -> (timestamps, values), e.g. each feed's ``first_history``) as
+    ``Trainer.fit_global`` trains them; {} when it has none."""
+    t = pipeline.training
+    trainer = Trainer(None, models=t.models, horizon=t.horizon_steps, quantiles=t.quantiles)
+    if not trainer.has_global():
+        return {}
+    trainer.fit_global(dict(histories))
+    return dict(trainer.prototypes)

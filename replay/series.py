@@ -8,15 +8,37 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from forecaster.models import Model
+from replay.pipeline import fleet_globals
 from replay.simulate import ReplayConfig, make_world, production_feed, run_mode
 
 
 @dataclass(frozen=True)
 class ReplayWork:
-    """What every series shares: the settings, the modes, and how many series get plots."""
+    """What every series shares: the settings, the modes, how many series get plots, and the
+    global models trained across the replayed series (``replay_globals``)."""
 
     cfg: ReplayConfig
     modes: tuple[str, ...]
+    prototypes: dict[str, Model] = field(default_factory=dict)
+
+
+def replay_globals(cfg: ReplayConfig, series: Sequence[tuple[str, Any, Any]]) -> dict[str, Model]:
+    """The global models of ``cfg.pipeline`` (the LSTM of ``models: [auto, lstm]``), trained once
+    across ``series`` on what each one's first fit sees, as a deployment trains them across its
+    fleet; {} when its models name none."""
+    from forecaster.training import GLOBAL_MODELS, expand_models
+
+    if not set(expand_models(cfg.pipeline.training.models)[0]) & set(GLOBAL_MODELS):
+        return {}
+    history = {}
+    for sid, ts, v in series:
+        try:
+            world = make_world(sid, np.asarray(ts).astype("int64"), v, cfg)
+        except ValueError:
+            continue  # too short to replay: replay_series reports it
+        history[sid] = production_feed(world, cfg).first_history()
+    return fleet_globals(cfg.pipeline, history) if history else {}
 
 
 @dataclass
@@ -41,7 +63,7 @@ def replay_series(work: ReplayWork, item: tuple[str, np.ndarray, np.ndarray, boo
     except ValueError as exc:
         out.problem = str(exc)
         return out
-    feed = production_feed(world, cfg) if any(m.startswith("predictive") for m in modes) else None
+    feed = production_feed(world, cfg, work.prototypes or None) if any(m.startswith("predictive") for m in modes) else None
     results = {}
     for mode in modes:
         r = run_mode(world, mode, cfg, feed if mode.startswith("predictive") else None)

@@ -193,12 +193,14 @@ def make_world(series_id: str, ts: Sequence[int], values: Sequence[float], cfg: 
 # ----------------------------------------------------------------------------- forecasts
 
 
-def production_feed(world: World, cfg: ReplayConfig) -> ProductionFeed:
-    """The production trainer on this world's samples, publishing from just before t0."""
+def production_feed(world: World, cfg: ReplayConfig, prototypes=None) -> ProductionFeed:
+    """The production trainer on this world's samples, publishing from just before t0;
+    ``prototypes``: global models trained across the replayed fleet (``fleet_globals``)."""
     return ProductionFeed(
         world.series_id, world.sample_ts, world.sample_cores, delay_seconds=cfg.delay_seconds,
         start=float(world.t0), end=float(world.t[-1] + cfg.step_seconds),
         capacity_per_pod=cfg.cpu_request_cores, pipeline=cfg.pipeline, step_seconds=SAMPLE_SECONDS,
+        prototypes=prototypes,
     )
 
 

@@ -41,7 +41,7 @@ def test_quick_guard_table_compares_the_three_rows_on_the_tune_half_only(tmp_pat
 
 
 def test_quick_guard_grid_scores_every_point_on_the_same_fits_and_the_shipped_point_matches_auto(tmp_path):
-    from bench.forecast_accuracy import GUARD_GRID, grid_name
+    from bench.forecast_rows import GUARD_GRID, grid_name
     from forecaster.selection import SelectionSettings
 
     run_quick("forecast_accuracy", tmp_path, "--part", "tune", "--guard-grid")
@@ -55,3 +55,23 @@ def test_quick_guard_grid_scores_every_point_on_the_same_fits_and_the_shipped_po
         assert same[k] == table["auto"][k], k
     for n in names:  # the grid changes the guarded steps only
         assert round(table[n]["mase_h6_median"], 9) == round(table["auto"]["mase_h6_median"], 9)
+
+
+def test_quick_with_lstm_and_prophet_scores_auto_with_them_as_candidates_beside_auto(tmp_path):
+    """``models: [auto, lstm, prophet]`` as a row of its own: auto's default candidates plus the
+    global LSTM and Prophet, from the same fits, with both candidate sets' fit cost."""
+    from bench.forecast_rows import WITH_GLOBAL
+
+    out = run_quick("forecast_accuracy", tmp_path, "--part", "tune", "--models", "auto,persistence,lstm,prophet",
+                    "--lstm-epochs", "1", "--no-refresh")
+    doc = load(tmp_path / "forecast_accuracy.json")
+    rows = pd.read_csv(tmp_path / "forecast_accuracy.csv")
+    assert {"auto", WITH_GLOBAL, "lstm", "prophet"} <= set(rows["model"])
+    assert rows[rows.model == WITH_GLOBAL].series_id.nunique() == 2
+    d = doc["guard_comparison"][WITH_GLOBAL]
+    assert all(math.isfinite(d[f"mase_h{h}_median"]) for h in (1, 2, 3, 6, 12)) and d["h1_ratio_series"] == 2
+    sets = doc["candidate_sets"]
+    # the larger set costs auto's fits plus the LSTM's and Prophet's, and the fleet training
+    assert sets[WITH_GLOBAL]["seconds_per_fit"] > sets["auto"]["seconds_per_fit"] > 0
+    assert sets[WITH_GLOBAL]["global_training_seconds"] > 0 == sets["auto"]["global_training_seconds"]
+    assert f"  {WITH_GLOBAL} " in out and "auto's candidate sets" in out

@@ -114,3 +114,30 @@ def test_auto_and_skill_appear_in_the_summary(slice_arrays):
     assert {"auto", "persistence", "moving_average"} <= set(s.index)
     assert s.loc["persistence", "skill_median"] == pytest.approx(0.0)
     assert all(o.chosen for o in origins)
+
+
+def test_a_row_with_its_own_candidates_chooses_among_them_from_fits_made_once(slice_arrays):
+    """``auto_variants`` with other candidates (as the benchmark scores ``models: [auto, lstm,
+    prophet]``): seasonal_naive is neither a model of the run nor a default candidate, so that
+    row alone uses it; with one candidate and no bias shift it serves exactly that forecast."""
+    from forecaster.evaluation import _all_candidates, _fit_predict_all
+    from forecaster.selection import SelectionSettings
+
+    ts, v = slice_arrays["azurev1-618849"]
+    ts, v = ts[-10 * 288 :], v[-10 * 288 :]
+    own = SelectionSettings(candidates=("seasonal_naive",), bias_correct=False)
+    settings = BacktestSettings(selection=SelectionSettings(candidates=("persistence", "ar")),
+                                auto_variants=(("auto_sn", own, None),))
+    assert _all_candidates(settings) == ["persistence", "ar", "seasonal_naive"]
+    origins = backtest_series("s", ts, v, ["persistence"], settings, auto=True, auto_candidates=("persistence", "ar"))
+    for o in origins:
+        season = 288
+        expect = v[o.origin + 1 - season : o.origin + 1 - season + 12]
+        assert np.allclose(o.forecasts["auto_sn"][0], expect), o.origin
+        assert not np.allclose(o.forecasts["auto"][0], expect)
+    # every row of auto is timed (its candidates' fits plus its choice), not only auto
+    tm: dict[str, float] = {}
+    y = v[-6 * 288 :]
+    _fit_predict_all(y, ts[-6 * 288 :], {"persistence": "persistence", "ar": "ar", "seasonal_naive": "seasonal_naive"},
+                     settings, ["persistence", "ar"], tm)
+    assert set(tm) == {"persistence", "ar", "seasonal_naive", "auto", "auto_sn"} and min(tm.values()) > 0

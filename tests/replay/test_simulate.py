@@ -86,6 +86,43 @@ def test_the_production_trainer_only_ever_sees_samples_published_before_use(monk
     assert all(fc.policy and fc.policy["version"] == POLICY_VERSION for fc in feed.published)
 
 
+def test_a_global_model_trains_once_across_the_replayed_fleet_or_else_on_its_own_series(monkeypatch):
+    """``models: [ar, lstm]``: the global LSTM trains across the replayed series on what their
+    first fits see (``replay_globals``, as ``foresight replay`` does) and every feed's trainer
+    chooses with that network, not a new one; a feed given none trains it on its own series at
+    its first fit. (Before, the replay's trainers skipped the LSTM: no fleet ever trained it.)"""
+    from forecaster.models.lstm import GlobalLSTM
+    from replay.series import replay_globals
+
+    monkeypatch.setattr(GlobalLSTM, "DEFAULTS", {**GlobalLSTM.DEFAULTS, "epochs": 1, "hidden": 8, "window": 24,
+                                                 "max_windows_per_series": 40, "threads": 1})
+    trained = []
+    real = GlobalLSTM.fit_fleet
+
+    def counted(self, series, progress=None):
+        trained.append([len(v) for v, _ in series])
+        return real(self, series, progress)
+
+    monkeypatch.setattr(GlobalLSTM, "fit_fleet", counted)
+    cfg = replace(CFG, pipeline=replace(FAST, training=replace(FAST.training, models=("ar", "lstm"))))
+    fleet = [(f"s{seed}", *_series(seed=seed)) for seed in (1, 2)]
+    assert replay_globals(CFG, fleet) == {} and trained == []  # no global model among AR's
+    protos = replay_globals(cfg, fleet)
+    assert set(protos) == {"lstm"} and len(trained) == 1
+    w = make_world("s1", *fleet[0][1:], cfg)
+    first = production_feed(w, cfg).first_history()[1]
+    assert trained[0] == [len(first)] * 2  # each series' first-fit history, nothing later
+    feed = production_feed(w, cfg, protos)
+    feed.advance(float(w.t0 + 3600))
+    assert feed.fits == 1 and len(trained) == 1
+    assert feed.trainer.prototypes["lstm"] is protos["lstm"]
+    assert "lstm" in feed.trainer.status("s1")["scores"]
+    alone = production_feed(w, cfg)
+    alone.advance(float(w.t0 + 3600))
+    assert len(trained) == 2 and trained[1] == [len(first)]  # a fleet of one, at the first fit
+    assert "lstm" in alone.trainer.status("s1")["scores"]
+
+
 def test_a_second_mode_reads_the_same_publications_as_the_store_held_them():
     ts, v = _series()
     w = make_world("s", ts, v, CFG)

@@ -1,0 +1,107 @@
+"""The benchmark-only rows of ``auto`` in bench/forecast_accuracy.py (bench-side names, not
+settings a user sees) and the tables that compare them: median MASE at the guard horizons, the
+h=1 tail against persistence, and the fit cost of each candidate set."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+# the lead-step guard's history: no guard, and the first guard
+BEFORE_GUARD, FIRST_GUARD = "auto_before_guard", "auto_guard_e4b3f37"
+# the row of ``models: [auto, lstm, prophet]`` (auto choosing among its default candidates plus
+# the global LSTM and Prophet), scored when both run as models of their own
+WITH_GLOBAL, WITH_GLOBAL_MODELS = "auto_with_lstm_prophet", ("auto", "lstm", "prophet")
+GUARD_HORIZONS = (1, 2, 3, 6, 12)
+
+# --guard-grid: the lead-guard settings the defaults are chosen from (on --part tune), as
+# (lead_evidence_z, lead_max_move); every point is scored on the same candidate fits
+GUARD_GRID = tuple((z, m) for z in (3.0, 4.0, 6.0, 8.0) for m in (2.0, 3.0, 4.0))
+
+
+def grid_name(z: float, move: float) -> str:
+    return f"auto_grid_z{z:g}_move{move:g}"
+
+
+def auto_variants(cands, grid: bool = False, with_global: bool = False) -> tuple:
+    """The benchmark-only rows of auto (``BacktestSettings.auto_variants``); with ``grid`` also
+    one row per point of GUARD_GRID, with ``with_global`` the WITH_GLOBAL row (its candidates
+    as the trainer expands ``models: [auto, lstm, prophet]``)."""
+    from forecaster.models.guard import fixed_z_lead_guard
+    from forecaster.selection import SelectionSettings
+    from forecaster.training import expand_models
+
+    rows = ((BEFORE_GUARD, SelectionSettings(candidates=cands, lead_guard=False), None),
+            (FIRST_GUARD, SelectionSettings(candidates=cands), fixed_z_lead_guard))
+    if with_global:
+        rows += ((WITH_GLOBAL, SelectionSettings(candidates=expand_models(WITH_GLOBAL_MODELS)[0]), None),)
+    if grid:
+        rows += tuple((grid_name(z, m), SelectionSettings(candidates=cands, lead_evidence_z=z, lead_max_move=m), None)
+                      for z, m in GUARD_GRID)
+    return rows
+
+
+def h1_ratios(rows: pd.DataFrame, model: str = "auto") -> pd.DataFrame:
+    """Per series: ``model``'s and persistence's MAE at h=1 (over the origins) and their ratio
+    (1.0 when both are exact, inf when only persistence is)."""
+    h1 = rows[rows.h == 1].pivot_table(index="series_id", columns="model", values="mae")
+    out = pd.DataFrame({"mae_auto": h1[model], "mae_persistence": h1["persistence"]}).dropna()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = out["mae_auto"] / out["mae_persistence"]
+    r[(out["mae_persistence"] == 0) & (out["mae_auto"] == 0)] = 1.0
+    out["ratio"] = r
+    return out.sort_values("ratio", ascending=False)
+
+
+def tail_stats(ratios: pd.DataFrame, worst: int = 8) -> dict:
+    r = ratios["ratio"]
+    return {
+        "series": int(len(r)),
+        "max": float(r.max()),
+        "median": float(r.median()),
+        "above_1.1": int((r > 1.1).sum()),
+        "share_above_1.1": float((r > 1.1).mean()),
+        "above_1.5": int((r > 1.5).sum()),
+        "worst": [{"series_id": sid, **{k: float(v) for k, v in row.items()}} for sid, row in ratios.head(worst).iterrows()],
+    }
+
+
+def guard_table(rows: pd.DataFrame) -> dict:
+    """Per auto row (shipped and benchmark-only): median MASE at the guard horizons and over
+    h = 1..12, and the h=1 tail against persistence."""
+    out = {}
+    present = set(rows.model)
+    for m in ("auto", WITH_GLOBAL, BEFORE_GUARD, FIRST_GUARD) + tuple(sorted(x for x in present if x.startswith("auto_grid_"))):
+        g = rows[rows.model == m]
+        if not len(g):
+            continue
+        med = g.groupby("h")["mase"].median()
+        t = tail_stats(h1_ratios(rows, m), worst=3)
+        out[m] = {**{f"mase_h{h}_median": float(med.get(h, np.nan)) for h in GUARD_HORIZONS},
+                  "mean_mase_median": float(g.groupby("series_id")["mase"].mean().median()),
+                  **{f"h1_ratio_{k}": v for k, v in t.items()}}
+    return out
+
+
+def print_guard_table(table: dict) -> None:
+    cols = " ".join(f"{'h=' + str(h):>6}" for h in GUARD_HORIZONS)
+    print(f"\nlead-step guard: median MASE per horizon, and h=1 MAE over persistence's per series")
+    print(f"  {'':<24} {cols} {'h1-12':>6}   {'worst h=1':>9} {'>1.1x':>9}")
+    for m, d in table.items():
+        vals = " ".join(f"{d[f'mase_h{h}_median']:6.3f}" for h in GUARD_HORIZONS)
+        print(f"  {m:<24} {vals} {d['mean_mase_median']:6.3f}   {d['h1_ratio_max']:8.2f}x "
+              f"{d['h1_ratio_above_1.1']:3d} ({d['h1_ratio_share_above_1.1']:.1%})")
+
+
+def candidate_set_costs(run, n_series: int) -> dict:
+    """Per row of auto with its own candidate set: fit seconds per workload and fit (one origin;
+    the candidates' fits and validation forecasts plus the choice) and, for the row with the
+    global LSTM, the fleet training's share per workload."""
+    fits = sum(len(v) for v in run.forecasts.values()) or 1
+    train = run.timings.get("lstm_global_training", {}).get("seconds", 0.0)
+    out = {}
+    for m, share in (("auto", 0.0), (WITH_GLOBAL, train)):
+        if m in run.timings:
+            out[m] = {"seconds_per_fit": run.timings[m]["seconds_total"] / fits, "fits": fits,
+                      "global_training_seconds": share, "global_training_seconds_per_series": share / max(1, n_series)}
+    return out
