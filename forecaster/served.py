@@ -33,10 +33,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, Mapping
 
-import numpy as np
-
-from forecaster.leadwindow import window_max
+from forecaster.leadwindow import window_max_one
 from forecaster.serving import ServingPolicy
 from forecaster.servingpolicy import BelowObserved
 from forecaster.servingscore import peak_gap
@@ -139,9 +138,7 @@ def predicted_demand(fc: Forecast, now: float, settings: MetricSettings, quantil
         return None
     if float(now) > fc.origin + len(values) * fc.step_seconds:
         return None
-    first = observed_now(fc)
-    best = float(window_max(np.array([math.nan if first is None else first]), np.asarray([values], dtype="float64"),
-                            np.array([float(now) - fc.origin]), float(settings.lead_seconds), fc.step_seconds)[0, 0])
+    best = window_max_one(observed_now(fc), values, float(now) - fc.origin, float(settings.lead_seconds), fc.step_seconds)
     if not math.isfinite(best):
         return None
     return max(0.0, best)
@@ -174,11 +171,35 @@ def gap_of(fc: Forecast) -> float:
     return peak_gap([v for _, v in fc.observed])
 
 
+_POLICIES: dict[int, tuple[Mapping[str, Any], tuple[ServingPolicy | None, str, bool]]] = {}
+_MAX_POLICIES = 500_000
+
+
 def policy_of(fc: Forecast) -> tuple[ServingPolicy | None, str, bool]:
     """The serving policy a forecast carries, a note when it had to be ignored, and whether it
-    was refused (it would serve below observed: the observed value is served instead)."""
+    was refused (it would serve below observed: the observed value is served instead).
+
+    Read once per published policy, not per request: the adapter serves each cached forecast
+    many times, and validating the record (its costs, its headroom states) cost more than the
+    rest of the served value. Keyed by the identity of the policy mapping, which a frozen
+    forecast keeps and nobody edits; the entry holds the mapping, so its id is not reused
+    while the entry lives."""
+    d = fc.policy
+    if not d:
+        return None, "", False
+    hit = _POLICIES.get(id(d))
+    if hit is not None and hit[0] is d:
+        return hit[1]
+    read = _read_policy(d)
+    if len(_POLICIES) >= _MAX_POLICIES:
+        _POLICIES.clear()
+    _POLICIES[id(d)] = (d, read)
+    return read
+
+
+def _read_policy(d: Mapping[str, Any]) -> tuple[ServingPolicy | None, str, bool]:
     try:
-        return ServingPolicy.from_dict(fc.policy), "", False
+        return ServingPolicy.from_dict(d), "", False
     except BelowObserved as exc:
         return None, f"published policy refused: {exc}", True
     except ValueError as exc:
