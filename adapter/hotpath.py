@@ -17,10 +17,11 @@ log = logging.getLogger("foresight.adapter")
 
 
 class HotPath:
-    """Pure ASGI layer in front of FastAPI: authentication, latency metrics, and /apis.
+    """Pure ASGI layer in front of FastAPI (``adapter.app.AdapterApp``): authentication,
+    latency metrics, and /apis.
 
     The external metrics API is the HPA's hot path (every HPA, every 15 s); answering it
-    here skips FastAPI's per-request machinery.
+    here skips FastAPI's per-request machinery. ``app``: FastAPI's own ASGI call.
     """
 
     def __init__(self, app, core: AdapterCore, authenticator: Authenticator | None = None,
@@ -123,7 +124,11 @@ class HotPath:
         path = scope["path"]
         route = "apis" if path.startswith("/apis") else "rest" if path.startswith("/api/") else "other"
         try:
-            refused = await self.check(scope)
+            try:
+                refused = await self.check(scope)
+            except Exception:  # noqa: BLE001 - in front of FastAPI: nothing else turns this into a Status
+                log.exception("unhandled error while checking %s", path)
+                refused = 500, "internal error; see the adapter's log"
             if refused is not None:
                 code, message = refused
                 self.core.metrics.response(route, code)
