@@ -171,30 +171,26 @@ def gap_of(fc: Forecast) -> float:
     return peak_gap([v for _, v in fc.observed])
 
 
-_POLICIES: dict[int, tuple[Mapping[str, Any], tuple[ServingPolicy | None, str, bool]]] = {}
-_MAX_POLICIES = 500_000
-
-
 def policy_of(fc: Forecast) -> tuple[ServingPolicy | None, str, bool]:
     """The serving policy a forecast carries, a note when it had to be ignored, and whether it
-    was refused (it would serve below observed: the observed value is served instead).
+    was refused (it would serve below observed: the observed value is served instead)."""
+    return _read_once(fc)[:3]
 
-    Read once per published policy, not per request: the adapter serves each cached forecast
-    many times, and validating the record (its costs, its headroom states) cost more than the
-    rest of the served value. Keyed by the identity of the policy mapping, which a frozen
-    forecast keeps and nobody edits; the entry holds the mapping, so its id is not reused
-    while the entry lives."""
-    d = fc.policy
-    if not d:
-        return None, "", False
-    hit = _POLICIES.get(id(d))
-    if hit is not None and hit[0] is d:
-        return hit[1]
-    read = _read_policy(d)
-    if len(_POLICIES) >= _MAX_POLICIES:
-        _POLICIES.clear()
-    _POLICIES[id(d)] = (d, read)
-    return read
+
+def _read_once(fc: Forecast) -> tuple[ServingPolicy | None, str, bool, float | None]:
+    """(policy, note, refused, peak gap or None when the policy has no states) of a forecast,
+    worked out once and kept on the forecast itself: the adapter serves each cached forecast
+    many times, and validating the policy record (its costs, its headroom states) and the gap
+    cost more than the rest of a served value. Kept as ``functools.cached_property`` keeps a
+    value, in the instance's ``__dict__`` outside its fields (equality, ``asdict`` and
+    ``to_json`` do not see it), so it lives and dies with the forecast; a forecast is frozen
+    and its policy record is never edited after publishing."""
+    memo = fc.__dict__.get("_served_memo")
+    if memo is None:
+        policy, note, refused = _read_policy(fc.policy) if fc.policy else (None, "", False)
+        gap = gap_of(fc) if policy is not None and policy.gap_edges else None  # only a policy with states reads it
+        memo = fc.__dict__["_served_memo"] = (policy, note, refused, gap)
+    return memo
 
 
 def _read_policy(d: Mapping[str, Any]) -> tuple[ServingPolicy | None, str, bool]:
@@ -230,10 +226,9 @@ def served_cores(
     if old is not None:  # a forecast carried forward from samples that stopped is no fresher than they are
         return _fallback(obs, f"the forecast's newest observed sample is {old:.0f} s old "
                               f"(> {settings.max_observed_age_seconds:.0f} s): its demand source stopped delivering")
-    policy, note, refused = policy_of(fc)
+    policy, note, refused, gap = _read_once(fc)
     if refused:
         return _fallback(obs, note)
-    gap = gap_of(fc) if policy is not None and policy.gap_edges else None  # only a policy with states reads it
     if fc.status == "fallback":
         m, k = (policy.headroom_at(gap or 0.0, fallback=True), policy.fallback_hold) if policy is not None else (1.0, 1)
         return _fallback(obs, f"series is on the fallback ({fc.reason or 'no reason given'}){note}", headroom=m,
