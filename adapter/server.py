@@ -52,7 +52,7 @@ class _HeadWithBody:
     send() was 22% of the server's samples). An interim ``100 Continue`` goes out
     at once (the client waits for it before sending the body)."""
 
-    __slots__ = ("_transport", "_head", "_started")
+    __slots__ = ("_head", "_started", "_transport")
 
     def __init__(self, transport) -> None:
         self._transport = transport

@@ -12,7 +12,7 @@ arrives, and the max keeps the window's peak from being averaged away.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -32,8 +32,9 @@ Every served value is finite and >= 0.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from forecaster.leadwindow import window_max_one
 from forecaster.serving import ServingPolicy

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -211,7 +212,7 @@ def test_the_fast_window_max_equals_the_straightforward_reference(values, observ
         # the reference works on absolute timestamps, which near 1.8e9 s are 2.4e-7 s apart in floats
         # (a lead shorter than that vanishes there): its error is up to the steepest slope x that spacing
         knots = ([] if observed is None else [observed]) + list(values)
-        slope = max((abs(b - a) for a, b in zip(knots, knots[1:])), default=0.0) / step
+        slope = max((abs(b - a) for a, b in itertools.pairwise(knots)), default=0.0) / step
         assert got == pytest.approx(want, rel=1e-7, abs=1e-7 + 2 * 2.4e-7 * slope)
 
 
