@@ -172,25 +172,27 @@ def gap_of(fc: Forecast) -> float:
     return peak_gap([v for _, v in fc.observed])
 
 
-def policy_of(fc: Forecast) -> tuple[ServingPolicy | None, str, bool]:
-    """The serving policy a forecast carries, a note when it had to be ignored, and whether it
-    was refused (it would serve below observed: the observed value is served instead)."""
-    return _read_once(fc)[:3]
-
-
-def _read_once(fc: Forecast) -> tuple[ServingPolicy | None, str, bool, float | None]:
-    """(policy, note, refused, peak gap or None when the policy has no states) of a forecast,
-    worked out once and kept on the forecast itself: the adapter serves each cached forecast
-    many times, and validating the policy record (its costs, its headroom states) and the gap
-    cost more than the rest of a served value. Kept as ``functools.cached_property`` keeps a
-    value, in the instance's ``__dict__`` outside its fields (equality, ``asdict`` and
-    ``to_json`` do not see it), so it lives and dies with the forecast; a forecast is frozen
-    and its policy record is never edited after publishing."""
+def _read_once(fc: Forecast) -> tuple:
+    """What the forecast's serving policy says for it, worked out once and kept on the
+    forecast itself: (source or None without a policy, quantile or None, headroom, hold,
+    fallback headroom, fallback hold, peak gap or None when the policy has no states, note,
+    refused). The adapter serves each cached forecast many times, and validating the policy
+    record (its costs, its headroom states) and the gap cost more than the rest of a served
+    value; the gap, and so the headroom of its state, is the forecast's own. Plain values
+    only, so the garbage collector does not track the memo of every cached forecast. Kept as
+    ``functools.cached_property`` keeps a value, in the instance's ``__dict__`` outside its
+    fields (equality, ``asdict`` and ``to_json`` do not see it): it lives and dies with the
+    forecast, which is frozen, and whose policy record is never edited after publishing."""
     memo = fc.__dict__.get("_served_memo")
     if memo is None:
         policy, note, refused = _read_policy(fc.policy) if fc.policy else (None, "", False)
-        gap = gap_of(fc) if policy is not None and policy.gap_edges else None  # only a policy with states reads it
-        memo = fc.__dict__["_served_memo"] = (policy, note, refused, gap)
+        if policy is None:
+            memo = (None, None, 1.0, 1, 1.0, 1, None, note, refused)
+        else:
+            gap = gap_of(fc) if policy.gap_edges else None  # only a policy with states reads it
+            memo = (policy.source, policy.quantile, policy.headroom_at(gap or 0.0), policy.hold,
+                    policy.headroom_at(gap or 0.0, fallback=True), policy.fallback_hold, gap, note, refused)
+        fc.__dict__["_served_memo"] = memo
     return memo
 
 
@@ -227,21 +229,19 @@ def served_cores(
     if old is not None:  # a forecast carried forward from samples that stopped is no fresher than they are
         return _fallback(obs, f"the forecast's newest observed sample is {old:.0f} s old "
                               f"(> {settings.max_observed_age_seconds:.0f} s): its demand source stopped delivering")
-    policy, note, refused, gap = _read_once(fc)
+    source, quantile, m, k, m_fallback, k_fallback, gap, note, refused = _read_once(fc)
     if refused:
         return _fallback(obs, note)
     if fc.status == "fallback":
-        m, k = (policy.headroom_at(gap or 0.0, fallback=True), policy.fallback_hold) if policy is not None else (1.0, 1)
-        return _fallback(obs, f"series is on the fallback ({fc.reason or 'no reason given'}){note}", headroom=m,
-                         held=held_observed(fc, obs, k), hold=k)
-    m, k = (policy.headroom_at(gap or 0.0), policy.hold) if policy is not None else (1.0, 1)
-    if policy is not None and policy.source == "persistence":
+        return _fallback(obs, f"series is on the fallback ({fc.reason or 'no reason given'}){note}", headroom=m_fallback,
+                         held=held_observed(fc, obs, k_fallback), hold=k_fallback)
+    if source == "persistence":
         pred = held_observed(fc, observed_now(fc), k)  # the hold is part of the persistence path
         what = f"persistence (last observed {fc.observed[-1][0] if fc.observed else 0:.0f})"
         if pred is None:
             return _fallback(obs, "policy serves persistence but the forecast carries no observation")
     else:
-        quantile = policy.quantile if policy is not None else settings.quantile
+        quantile = quantile if source is not None else settings.quantile
         pred = predicted_demand(fc, now, settings, quantile)
         if pred is None:
             values = fc.mean if quantile == "mean" else fc.quantiles.get(quantile)
