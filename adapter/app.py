@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import asynccontextmanager
+from functools import partial
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -126,7 +127,7 @@ def create_app(
             if observed is not None:
                 observed.close()
 
-    app = FastAPI(
+    app = AdapterApp(
         title="foresight adapter",
         description="Kubernetes external metrics API (predicted_cpu_load_ratio, predicted_cpu_cores), "
         "forecast REST API and dashboard.",
@@ -142,8 +143,23 @@ def create_app(
     if scheduler_routes:
         _scheduler_routes(app, store, settings)
     openapi.install(app)
-    app.add_middleware(HotPath, core=core, authenticator=authenticator, authorizer=authorizer)
+    app.hot = HotPath(partial(FastAPI.__call__, app), core=core, authenticator=authenticator, authorizer=authorizer)
     return app
+
+
+class AdapterApp(FastAPI):
+    """FastAPI behind the hot path: every HTTP request meets ``HotPath`` first (authentication,
+    latency, /apis), which hands the others to FastAPI. In front of FastAPI rather than one of
+    its middlewares, the HPA's requests skip FastAPI's per-request work (its telemetry checks
+    read the environment three times a request, its error middleware wraps ``send``)."""
+
+    hot: HotPath | None = None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if self.hot is not None and scope["type"] == "http":
+            await self.hot(scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
 
 
 def _scheduler_routes(app: FastAPI, store: ForecastStore, settings: AdapterSettings) -> bool:

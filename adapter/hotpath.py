@@ -8,19 +8,21 @@ import logging
 import time
 from urllib.parse import parse_qsl, unquote
 
-from adapter.authz import Authenticator, Authorizer, KubeUnavailable, User, request_attributes
+from adapter.authz import Attributes, Authenticator, Authorizer, KubeUnavailable, User, request_attributes
 from adapter.core import AdapterCore
 from adapter.responses import send_json, status_body
 from forecaster.store import StoreError
 
 log = logging.getLogger("foresight.adapter")
+_UNSEEN = object()
 
 
 class HotPath:
-    """Pure ASGI layer in front of FastAPI: authentication, latency metrics, and /apis.
+    """Pure ASGI layer in front of FastAPI (``adapter.app.AdapterApp``): authentication,
+    latency metrics, and /apis.
 
     The external metrics API is the HPA's hot path (every HPA, every 15 s); answering it
-    here skips FastAPI's per-request machinery.
+    here skips FastAPI's per-request machinery. ``app``: FastAPI's own ASGI call.
     """
 
     def __init__(self, app, core: AdapterCore, authenticator: Authenticator | None = None,
@@ -32,6 +34,14 @@ class HotPath:
         self.authorizer = authorizer
         self.latency = {r: core.metrics.latency.labels(r) for r in ("apis", "rest", "other")}
         self._token = self.auth.token.encode() if self.auth.token else None
+        # the front-proxy headers as ASGI gives them (names in lower case, bytes)
+        self._user_headers = {h.lower().encode("latin-1") for h in self.auth.username_headers}
+        self._group_headers = {h.lower().encode("latin-1") for h in self.auth.group_headers}
+        self._extra_prefix = self.auth.extra_header_prefix.lower().encode("latin-1")
+        # The aggregator sends the same few identities and the HPA the same few paths, every
+        # sync: both are worked out once (bounded), not per request.
+        self._users: dict[tuple, User | None] = {}
+        self._attrs: dict[tuple[str, str], Attributes] = {}
 
     @property
     def enabled(self) -> bool:
@@ -48,15 +58,27 @@ class HotPath:
             return None
         if self.auth.allowed_names and cn not in self.auth.allowed_names:
             return None
+        names, groups, prefix = self._user_headers, self._group_headers, self._extra_prefix
+        said = tuple((k, v) for k, v in ((k.lower(), v) for k, v in scope["headers"])
+                     if k in names or k in groups or k.startswith(prefix))
+        user = self._users.get(said, _UNSEEN)
+        if user is _UNSEEN:
+            if len(self._users) >= 10_000:
+                self._users.clear()
+            user = self._users[said] = self._user_of(said)
+        return user
+
+    def _user_of(self, said: tuple[tuple[bytes, bytes], ...]) -> User | None:
+        """The user the front-proxy headers name (in their order), or None without a name."""
         name, groups, extra = None, [], {}
-        for k, v in scope["headers"]:
-            key = k.decode("latin-1").lower()
-            if key in self.auth.username_headers and v and name is None:
+        plen = len(self._extra_prefix)
+        for k, v in said:
+            if k in self._user_headers and v and name is None:
                 name = v.decode("latin-1")
-            elif key in self.auth.group_headers and v:
+            elif k in self._group_headers and v:
                 groups.append(v.decode("latin-1"))  # one header per group, as the aggregator sends them
-            elif key.startswith(self.auth.extra_header_prefix) and len(key) > len(self.auth.extra_header_prefix):
-                extra.setdefault(unquote(key[len(self.auth.extra_header_prefix):]), []).append(v.decode("latin-1"))
+            elif k.startswith(self._extra_prefix) and len(k) > plen:
+                extra.setdefault(unquote(k[plen:].decode("latin-1")), []).append(v.decode("latin-1"))
         if not name:
             return None
         return User(name, tuple(groups), extra=tuple(sorted((k, tuple(v)) for k, v in extra.items())))
@@ -86,8 +108,7 @@ class HotPath:
                 return 401, "Unauthorized"
             if self.authorizer is None:
                 return None
-            query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-            attrs = request_attributes(scope["method"], path, query)
+            attrs = self.attributes(scope["method"], path, scope.get("query_string", b""))
             decision = await self.authorizer.authorize(user, attrs)
         except KubeUnavailable as exc:
             log.warning("cannot check %s: %s", path, exc)
@@ -96,6 +117,18 @@ class HotPath:
             return None
         why = f": {decision.reason}" if decision.reason else ""
         return 403, f'forbidden: User "{user.name}" cannot {attrs.describe()}{why}'
+
+    def attributes(self, method: str, path: str, query: bytes) -> Attributes:
+        """``request_attributes``; under /apis the query plays no part, so they are kept per
+        (method, path)."""
+        if not path.startswith("/apis"):
+            return request_attributes(method, path, dict(parse_qsl(query.decode("latin-1"))))
+        attrs = self._attrs.get((method, path))
+        if attrs is None:
+            if len(self._attrs) >= 10_000:
+                self._attrs.clear()
+            attrs = self._attrs[(method, path)] = request_attributes(method, path, {})
+        return attrs
 
     async def answer(self, method: str, path: str, query: bytes) -> tuple[int, bytes]:
         """``core.answer_apis`` without blocking the event loop: reads of observed demand
@@ -123,7 +156,11 @@ class HotPath:
         path = scope["path"]
         route = "apis" if path.startswith("/apis") else "rest" if path.startswith("/api/") else "other"
         try:
-            refused = await self.check(scope)
+            try:
+                refused = await self.check(scope)
+            except Exception:  # in front of FastAPI: nothing else turns this into a Status
+                log.exception("unhandled error while checking %s", path)
+                refused = 500, "internal error; see the adapter's log"
             if refused is not None:
                 code, message = refused
                 self.core.metrics.response(route, code)

@@ -45,10 +45,56 @@ def _tls_info(transport) -> dict | None:
     return {"client_cert_verified": bool(cert), "client_cert_cn": cn, "tls_version": ssl_obj.version()}
 
 
+class _HeadWithBody:
+    """The connection's transport as one response sees it: the response head is held and
+    written together with the response's first body write (or at close), so a small response
+    goes out as one TLS record in one send() instead of two (under wrk on loopback, the head's own
+    send() was 22% of the server's samples). An interim ``100 Continue`` goes out
+    at once (the client waits for it before sending the body)."""
+
+    __slots__ = ("_head", "_started", "_transport")
+
+    def __init__(self, transport) -> None:
+        self._transport = transport
+        self._head: bytes | None = None
+        self._started = False
+
+    def write(self, data: bytes) -> None:
+        if not self._started:
+            if data.startswith(b"HTTP/1.1 100 "):
+                self._transport.write(data)
+                return
+            self._started, self._head = True, bytes(data)
+            return
+        if self._head is not None:
+            data, self._head = self._head + data, None
+        self._transport.write(data)
+
+    def close(self) -> None:
+        if self._head is not None:
+            head, self._head = self._head, None
+            self._transport.write(head)
+        self._transport.close()
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+
 class TLSHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the client certificate in the scope and each
+    response's head and body written together (``_HeadWithBody``)."""
+
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._foresight_tls = _tls_info(transport)
+
+    def on_headers_complete(self) -> None:
+        before = self.cycle
+        super().on_headers_complete()
+        cycle = self.cycle
+        # HEAD responses have no body write to carry the head: they are written as they come
+        if cycle is not None and cycle is not before and self.scope["method"] != "HEAD":
+            cycle.transport = _HeadWithBody(cycle.transport)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -71,6 +117,8 @@ def uvicorn_kwargs(host: str, port: int, certfile: str | None, keyfile: str | No
         workers=workers,
         factory=factory,
         timeout_keep_alive=75,  # the aggregator keeps connections open; don't drop them every 5 s
+        # nothing reads the client's address or scheme, so X-Forwarded-* is not parsed per request
+        proxy_headers=False,
     )
     from forecaster.logs import uvicorn_log_config
 

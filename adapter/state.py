@@ -1,9 +1,12 @@
 """The adapter's per-process view of the store: a short-TTL cache plus a workload index.
 
 Requests never wait on Redis when a cached copy exists: an entry older than the TTL is
-served as is and re-read by a background thread (stale-while-revalidate). With Redis
-down, entries keep being served until ``max_stale_seconds`` after their last good read;
-then lookups raise ``StoreUnavailable`` (the app answers 503).
+served as is and re-read by a background thread (stale-while-revalidate). The same thread
+revalidates every entry half a ``max_stale_seconds`` after its last good read, asked for or
+not: with several adapter processes, or many workloads, an HPA's next request to this
+process can come more than ``max_stale_seconds`` later, and must not then read Redis on the
+event loop. With Redis down, entries keep being served until ``max_stale_seconds`` after
+their last good read; then lookups raise ``StoreUnavailable`` (the app answers 503).
 
 The index (namespace -> workload -> labels) lets a label selector find workloads. It is
 built from the configured workloads plus the ``meta`` of every forecast in the store, and
@@ -17,6 +20,7 @@ import gc
 import logging
 import threading
 import time
+from collections import deque
 from typing import Callable, Mapping
 
 from adapter.settings import CacheSettings
@@ -85,6 +89,7 @@ class ForecastCache:
         self.clock = clock
         self.configured = {k: dict(v) for k, v in (configured_labels or {}).items()}
         self._entries: dict[str, tuple[Forecast | None, float]] = {}
+        self._aging: deque[tuple[float, str]] = deque()  # (read at, series) in read order: _revalidate_aging
         self._labels: dict[str, dict[str, dict[str, str]]] = {}  # ns -> name -> labels
         # workload series id -> its declared metrics seen in the store (forecaster.predicted):
         # their series ``<ns>/<name>/<metric>`` are cached but never indexed as workloads
@@ -136,6 +141,7 @@ class ForecastCache:
             try:
                 if self._index_at is None or self.clock() - self._index_at >= self.settings.index_refresh_seconds:
                     self.refresh_index()
+                self._revalidate_aging()
                 self._refresh_pending()
             except StoreError as exc:
                 self._failed(exc)
@@ -144,6 +150,21 @@ class ForecastCache:
             self._wake.wait(timeout=min(self.settings.ttl_seconds, 1.0))
             self._wake.clear()
 
+    def _revalidate_aging(self) -> None:
+        """Queue for the next refresh every entry last read half a ``max_stale_seconds`` ago
+        or more and not read since, asked for or not (a generation check: one MGET per 500)."""
+        horizon = self.clock() - self.settings.max_stale_seconds / 2
+        aging = self._aging
+        while aging and aging[0][0] <= horizon:
+            at, sid = aging.popleft()
+            entry = self._entries.get(sid)
+            if entry is not None and entry[1] == at:  # else read again since, or dropped
+                self._pending.add(sid)
+
+    def _stamp(self, sid: str, fc: Forecast | None, now: float) -> None:
+        self._entries[sid] = (fc, now)
+        self._aging.append((now, sid))
+
     def _refresh_pending(self) -> None:
         pending, self._pending = self._pending, set()  # an add racing the swap is re-queued by its next request
         keys = list(pending)
@@ -151,7 +172,11 @@ class ForecastCache:
             if i:
                 time.sleep(0)  # let the event loop thread have the GIL between chunks
             chunk = keys[i : i + 500]
-            gens = _generations(self.store, chunk)
+            try:
+                gens = _generations(self.store, chunk)
+            except StoreError:
+                self._pending.update(keys[i:])  # retried next round, asked for or not
+                raise
             now = self.clock()
             if gens is not None:
                 # Only re-read (and re-parse) forecasts whose generation moved: with many
@@ -161,7 +186,7 @@ class ForecastCache:
                     entry = self._entries.get(sid)
                     fc = entry[0] if entry else None
                     if fc is not None and gens.get(sid) == fc.generation:
-                        self._entries[sid] = (fc, now)
+                        self._stamp(sid, fc, now)
                         self.receipts.checked(sid, fc.generation)
                     else:
                         changed.append(sid)
@@ -224,7 +249,7 @@ class ForecastCache:
         """Cache ``fc`` as read now; returns it as cached (its age on this process's clock)."""
         if fc is not None:
             fc = self.receipts.stamp(fc)
-        self._entries[sid] = (fc, now)
+        self._stamp(sid, fc, now)
         if fc is not None:
             declared = metric_of_series(sid)
             if declared is not None:

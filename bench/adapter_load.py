@@ -47,14 +47,34 @@ def log(msg: str) -> None:
 
 # --- data ---------------------------------------------------------------------------------
 
+def serving_policy() -> dict:
+    """A serving policy as the trainer publishes one with every forecast (default serving
+    settings: headroom per state of demand below its recent peak), chosen by the trainer's
+    own chooser on a synthetic bursty week: the adapter reads it and the peak gap on every
+    request, so forecasts without one would measure less work than what ships."""
+    import numpy as np
+
+    from forecaster.serving import ServingSettings, choose_policy
+    from forecaster.servingscore import peak_gaps
+
+    rng = np.random.default_rng(0)
+    x = 10 + 6 * (rng.random(2016) < 0.1) + rng.normal(0, 0.5, 2016)
+    last = x[:-1]
+    return choose_policy(x[1:], last, {"p50": last.copy(), "p90": last * 1.1}, 1.0, ServingSettings(),
+                         gaps=peak_gaps(x, np.arange(len(x) - 1))).to_dict()
+
+
 def publish_forecasts(store, start: int, stop: int, now: float) -> None:
     from tqdm import tqdm
 
+    from forecaster.servingscore import OBSERVED_POINTS
     from forecaster.store import make_forecast
 
+    policy = serving_policy()
     for i in tqdm(range(start, stop), desc=f"publishing forecasts {start}..{stop}", mininterval=2):
         base = 0.5 + (i % 17) * 0.1
         p90 = [base * (1.1 + 0.02 * k) for k in range(12)]
+        dip = 0.1 * (i % 7)  # the latest sample this far below the peak: spreads the headroom states
         store.publish(
             make_forecast(
                 f"{NS}/w{i}",
@@ -64,9 +84,11 @@ def publish_forecasts(store, start: int, stop: int, now: float) -> None:
                 quantiles={"p50": [v * 0.85 for v in p90], "p90": p90},
                 model="ets",
                 generated_at=now,
-                observed=tuple((now - 60 * k, base) for k in range(6, -1, -1)),
+                observed=tuple((now - 60 * k, base * (1 - dip) if k == 0 else base)
+                               for k in range(OBSERVED_POINTS - 1, -1, -1)),
                 meta={"namespace": NS, "workload": f"w{i}", "kind": "Deployment", "labels": {"tier": "web"},
                       "ready_pods": 2, "cpu_request_cores": 0.5},
+                policy=policy,
             )
         )
 
@@ -179,8 +201,35 @@ def run_wrk(url: str, script: Path, seconds: float, connections: int, threads: i
     return res
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and its live descendants (uvicorn's workers)."""
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split()
+            total += (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+    return total
+
+
+def run_wrk_cpu(url: str, script: Path, seconds: float, connections: int, pid: int) -> dict:
+    """run_wrk, plus the server's CPU time per request: on a shared machine wall-clock
+    throughput moves with the neighbours' load, the CPU a request costs much less."""
+    before = cpu_seconds(pid)
+    res = run_wrk(url, script, seconds, connections)
+    res["cpu_us_per_request"] = (cpu_seconds(pid) - before) / res["requests"] * 1e6 if res["requests"] else None
+    return res
+
+
 def measure(label: str, base_url: str, n: int, prefix: str, suffix: str, auth: str, seconds: float, workdir: Path,
-            warm_seconds: int | None = None, repeat: int = 1) -> dict:
+            pid: int, warm_seconds: int | None = None, repeat: int = 1) -> dict:
     flat = lua_script(workdir / f"{label}-flat.lua", n, prefix, suffix, auth, None)
     paced = lua_script(workdir / f"{label}-paced.lua", n, prefix, suffix, auth, 10)
     # Warm-up: every workload asked once or more (in a running cluster every HPA has asked
@@ -188,8 +237,8 @@ def measure(label: str, base_url: str, n: int, prefix: str, suffix: str, auth: s
     warm = lua_script(workdir / f"{label}-warm.lua", n, prefix, suffix, auth, None, sequential=True)
     run_wrk(base_url, warm, warm_seconds or max(3, int(n / 2500)), 8)
     # The machine is shared: repeat and keep the median run of each kind (all runs saved).
-    thrs = [run_wrk(base_url, flat, seconds, 8) for _ in range(repeat)]
-    lats = [run_wrk(base_url, paced, seconds, 10) for _ in range(repeat)]
+    thrs = [run_wrk_cpu(base_url, flat, seconds, 8, pid) for _ in range(repeat)]
+    lats = [run_wrk_cpu(base_url, paced, seconds, 10, pid) for _ in range(repeat)]
     for r in thrs + lats:
         if r["rps"] is None or r["p99_ms"] is None:
             raise RuntimeError(f"could not read wrk's output for {label}:\n{r['raw']}")
@@ -197,13 +246,15 @@ def measure(label: str, base_url: str, n: int, prefix: str, suffix: str, auth: s
     lat = sorted(lats, key=lambda r: r["p99_ms"])[len(lats) // 2]
     log(f"  {label:10s} n={n:>6}: {thr['rps']:.0f} req/s flat out (p50 {thr['p50_ms']:.2f} ms, p99 {thr['p99_ms']:.2f} ms); "
         f"at ~{lat['rps']:.0f} req/s offered: p50 {lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms; "
-        f"non-2xx {thr['non_2xx'] + lat['non_2xx']}")
+        f"server CPU {thr['cpu_us_per_request']:.0f} us/request; non-2xx {thr['non_2xx'] + lat['non_2xx']}")
     return {
         "target": label, "workloads": n,
         "throughput_rps": thr["rps"], "throughput_p50_ms": thr["p50_ms"], "throughput_p99_ms": thr["p99_ms"],
         "paced_rps": lat["rps"], "paced_p50_ms": lat["p50_ms"], "paced_p99_ms": lat["p99_ms"],
         "non_2xx": sum(r["non_2xx"] for r in thrs + lats), "requests": sum(r["requests"] for r in thrs + lats),
+        "cpu_us_per_request": thr["cpu_us_per_request"], "paced_cpu_us_per_request": lat["cpu_us_per_request"],
         "runs_throughput_rps": [r["rps"] for r in thrs], "runs_paced_p99_ms": [r["p99_ms"] for r in lats],
+        "runs_cpu_us_per_request": [r["cpu_us_per_request"] for r in thrs],
         "socket_errors": " ".join(x for x in (thr["socket_errors"], lat["socket_errors"]) if x),
     }
 
@@ -279,7 +330,8 @@ def main(argv=None) -> int:
                 rows.append(measure(
                     "foresight", f"https://127.0.0.1:{port}", n,
                     f"{EXT}/namespaces/{NS}/predicted_cpu_load_ratio?labelSelector=workload%3Dw", "",
-                    f"Bearer {TOKEN}", args.seconds, workdir, warm_seconds=1 if args.quick else None, repeat=args.repeat))
+                    f"Bearer {TOKEN}", args.seconds, workdir, proc.pid, warm_seconds=1 if args.quick else None,
+                    repeat=args.repeat))
             finally:
                 proc.terminate()
                 proc.wait(20)
@@ -296,7 +348,8 @@ def main(argv=None) -> int:
                     assert probe["status"] == "success" and probe["data"]["result"], f"PromQL found no data: {probe}"
                     rows.append(measure(
                         "prometheus", prom.url, n, "/api/v1/query?query=" + quote(q, safe=""),
-                        quote(q_end, safe=""), "", args.seconds, workdir, warm_seconds=1 if args.quick else 3, repeat=args.repeat))
+                        quote(q_end, safe=""), "", args.seconds, workdir, prom.proc.pid, warm_seconds=1 if args.quick else 3,
+                        repeat=args.repeat))
                     rows[-1]["series"] = n * PODS_PER_WORKLOAD
                 finally:
                     prom.stop()
@@ -319,10 +372,11 @@ def main(argv=None) -> int:
         w.writeheader()
         w.writerows(rows)
     plot(rows, out / "adapter_load.png")
-    print("\n  target      workloads   req/s   p50 ms   p99 ms | paced req/s  p50 ms  p99 ms")
+    print("\n  target      workloads   req/s   p50 ms   p99 ms  CPU us/req | paced req/s  p50 ms  p99 ms")
     for r in rows:
         print(f"  {r['target']:10s} {r['workloads']:>9} {r['throughput_rps']:>7.0f} {r['throughput_p50_ms']:>8.2f} "
-              f"{r['throughput_p99_ms']:>8.2f} | {r['paced_rps']:>11.0f} {r['paced_p50_ms']:>7.2f} {r['paced_p99_ms']:>7.2f}")
+              f"{r['throughput_p99_ms']:>8.2f} {r['cpu_us_per_request']:>11.0f} | {r['paced_rps']:>11.0f} "
+              f"{r['paced_p50_ms']:>7.2f} {r['paced_p99_ms']:>7.2f}")
     print(f"saved {out / 'adapter_load.json'}, .csv, .png")
     return 0
 

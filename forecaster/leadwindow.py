@@ -11,9 +11,12 @@ arrives, and the max keeps the window's peak from being averaged away.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import numpy as np
 
-__all__ = ["curve_at", "window_max"]
+__all__ = ["curve_at", "window_max", "window_max_one"]
 
 
 def curve_at(first: np.ndarray, knots: np.ndarray, x: np.ndarray, step: float) -> np.ndarray:
@@ -45,3 +48,30 @@ def window_max(first: np.ndarray, knots: np.ndarray, start: np.ndarray, lead: fl
         at = np.where(inside[None, :, :], knots[:, None, :], -np.inf)  # (n, J, h)
         best = np.maximum(best, at.max(axis=2))
     return best
+
+
+def window_max_one(first: float | None, knots: Sequence[float], start: float, lead: float, step: float) -> float:
+    """:func:`window_max` of one forecast at one instant, in plain floats: the adapter's hot
+    path, where numpy's per-call overhead on a dozen points cost more than the request's HTTP
+    handling. The same operations in the same order, so the same float (tested against
+    :func:`window_max`). ``first``: None or NaN when nothing was observed; ``knots`` non-empty."""
+    h = len(knots)
+    if first is None or not math.isfinite(first):
+        first = knots[0]
+    end = start + float(lead)
+
+    def at(x: float) -> float:
+        p = min(max(x / float(step), 0.0), float(h))
+        i0 = min(math.floor(p), h)
+        i1 = min(i0 + 1, h)
+        frac = p - i0
+        v0 = first if i0 == 0 else knots[i0 - 1]  # ext[0] is ``first``, ext[i + 1] is knot i
+        v1 = first if i1 == 0 else knots[i1 - 1]
+        return v0 * (1.0 - frac) + v1 * frac
+
+    best = max(at(start), at(end))
+    for k in range(h):
+        t = (k + 1.0) * float(step)
+        if start < t < end and knots[k] > best:
+            best = knots[k]
+    return float(best)

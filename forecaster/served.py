@@ -32,11 +32,11 @@ Every served value is finite and >= 0.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-import numpy as np
-
-from forecaster.leadwindow import window_max
+from forecaster.leadwindow import window_max_one
 from forecaster.serving import ServingPolicy
 from forecaster.servingpolicy import BelowObserved
 from forecaster.servingscore import peak_gap
@@ -139,9 +139,7 @@ def predicted_demand(fc: Forecast, now: float, settings: MetricSettings, quantil
         return None
     if float(now) > fc.origin + len(values) * fc.step_seconds:
         return None
-    first = observed_now(fc)
-    best = float(window_max(np.array([math.nan if first is None else first]), np.asarray([values], dtype="float64"),
-                            np.array([float(now) - fc.origin]), float(settings.lead_seconds), fc.step_seconds)[0, 0])
+    best = window_max_one(observed_now(fc), values, float(now) - fc.origin, float(settings.lead_seconds), fc.step_seconds)
     if not math.isfinite(best):
         return None
     return max(0.0, best)
@@ -174,11 +172,33 @@ def gap_of(fc: Forecast) -> float:
     return peak_gap([v for _, v in fc.observed])
 
 
-def policy_of(fc: Forecast) -> tuple[ServingPolicy | None, str, bool]:
-    """The serving policy a forecast carries, a note when it had to be ignored, and whether it
-    was refused (it would serve below observed: the observed value is served instead)."""
+def _read_once(fc: Forecast) -> tuple:
+    """What the forecast's serving policy says for it, worked out once and kept on the
+    forecast itself: (source or None without a policy, quantile or None, headroom, hold,
+    fallback headroom, fallback hold, peak gap or None when the policy has no states, note,
+    refused). The adapter serves each cached forecast many times, and validating the policy
+    record (its costs, its headroom states) and the gap cost more than the rest of a served
+    value; the gap, and so the headroom of its state, is the forecast's own. Plain values
+    only, so the garbage collector does not track the memo of every cached forecast. Kept as
+    ``functools.cached_property`` keeps a value, in the instance's ``__dict__`` outside its
+    fields (equality, ``asdict`` and ``to_json`` do not see it): it lives and dies with the
+    forecast, which is frozen, and whose policy record is never edited after publishing."""
+    memo = fc.__dict__.get("_served_memo")
+    if memo is None:
+        policy, note, refused = _read_policy(fc.policy) if fc.policy else (None, "", False)
+        if policy is None:
+            memo = (None, None, 1.0, 1, 1.0, 1, None, note, refused)
+        else:
+            gap = gap_of(fc) if policy.gap_edges else None  # only a policy with states reads it
+            memo = (policy.source, policy.quantile, policy.headroom_at(gap or 0.0), policy.hold,
+                    policy.headroom_at(gap or 0.0, fallback=True), policy.fallback_hold, gap, note, refused)
+        fc.__dict__["_served_memo"] = memo
+    return memo
+
+
+def _read_policy(d: Mapping[str, Any]) -> tuple[ServingPolicy | None, str, bool]:
     try:
-        return ServingPolicy.from_dict(fc.policy), "", False
+        return ServingPolicy.from_dict(d), "", False
     except BelowObserved as exc:
         return None, f"published policy refused: {exc}", True
     except ValueError as exc:
@@ -209,22 +229,19 @@ def served_cores(
     if old is not None:  # a forecast carried forward from samples that stopped is no fresher than they are
         return _fallback(obs, f"the forecast's newest observed sample is {old:.0f} s old "
                               f"(> {settings.max_observed_age_seconds:.0f} s): its demand source stopped delivering")
-    policy, note, refused = policy_of(fc)
+    source, quantile, m, k, m_fallback, k_fallback, gap, note, refused = _read_once(fc)
     if refused:
         return _fallback(obs, note)
-    gap = gap_of(fc) if policy is not None and policy.gap_edges else None  # only a policy with states reads it
     if fc.status == "fallback":
-        m, k = (policy.headroom_at(gap or 0.0, fallback=True), policy.fallback_hold) if policy is not None else (1.0, 1)
-        return _fallback(obs, f"series is on the fallback ({fc.reason or 'no reason given'}){note}", headroom=m,
-                         held=held_observed(fc, obs, k), hold=k)
-    m, k = (policy.headroom_at(gap or 0.0), policy.hold) if policy is not None else (1.0, 1)
-    if policy is not None and policy.source == "persistence":
+        return _fallback(obs, f"series is on the fallback ({fc.reason or 'no reason given'}){note}", headroom=m_fallback,
+                         held=held_observed(fc, obs, k_fallback), hold=k_fallback)
+    if source == "persistence":
         pred = held_observed(fc, observed_now(fc), k)  # the hold is part of the persistence path
         what = f"persistence (last observed {fc.observed[-1][0] if fc.observed else 0:.0f})"
         if pred is None:
             return _fallback(obs, "policy serves persistence but the forecast carries no observation")
     else:
-        quantile = policy.quantile if policy is not None else settings.quantile
+        quantile = quantile if source is not None else settings.quantile
         pred = predicted_demand(fc, now, settings, quantile)
         if pred is None:
             values = fc.mean if quantile == "mean" else fc.quantiles.get(quantile)

@@ -5,10 +5,11 @@ in ``forecaster/served.py``."""
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from forecaster.servingscore import OBSERVED_POINTS, gap_state
+from forecaster.servingscore import OBSERVED_POINTS
 
 __all__ = ["MAX_HOLD", "POLICY_VERSION", "READABLE_VERSIONS", "SOURCES", "BelowObserved", "ServingPolicy"]
 
@@ -62,7 +63,9 @@ class ServingPolicy:
         ms = self.fallback_headrooms if fallback else self.headrooms
         if not self.gap_edges:
             return self.fallback_headroom if fallback else self.headroom
-        return float(ms[int(gap_state([gap], self.gap_edges)[0])])
+        # gap_state of one gap (np.searchsorted, side left, NaN past the last edge) without numpy:
+        # asked on every request the adapter serves
+        return float(ms[len(self.gap_edges) if math.isnan(gap) else bisect_left(self.gap_edges, gap)])
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -194,11 +194,12 @@ def peak_gap(samples) -> float:
     A workload just past a burst (a high gap) is where the next burst most often comes from:
     bursts cluster in time. The serving policy can give each range of the gap its own headroom.
     """
-    x = np.asarray(samples, dtype="float64")[-PEAK_SAMPLES:]
-    x = x[np.isfinite(x)]
-    if not len(x):
+    # plain floats: the adapter reads this on every request, where numpy's per-call cost on a
+    # dozen samples was most of the work (None reads as NaN, as numpy reads it)
+    x = [f for f in (math.nan if v is None else float(v) for v in list(samples)[-PEAK_SAMPLES:]) if math.isfinite(f)]
+    if not x:
         return 0.0
-    top = float(x.max())
+    top = max(x)
     return float(min(1.0, max(0.0, 1.0 - x[-1] / top))) if top > 0 else 0.0
 
 

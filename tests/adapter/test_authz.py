@@ -129,6 +129,25 @@ def test_an_api_server_that_does_not_answer_is_a_503_not_a_500(kube, tmp_path):
         handle.stop()
 
 
+def test_an_authenticator_that_fails_unexpectedly_answers_a_500_status_and_the_server_goes_on():
+    # the hot path runs in front of FastAPI: its own errors must still become a metav1.Status
+    class Broken:
+        async def authenticate_token(self, token):
+            raise RuntimeError("bug")
+
+    store = MemoryForecastStore()
+    store.publish(sample_forecast("shop", "checkout", now=time.time()))
+    handle = serve_in_thread(create_app(None, store, authenticator=Broken()), "127.0.0.1", free_port())
+    try:
+        r = httpx.get(f"{handle.url}{EXT}/namespaces/shop/predicted_cpu_cores", headers={"Authorization": "Bearer x"},
+                      timeout=10)
+        assert r.status_code == 500 and r.json()["kind"] == "Status" and "internal error" in r.json()["message"]
+        assert "bug" not in r.text  # internals are not leaked
+        assert httpx.get(f"{handle.url}/healthz", timeout=10).status_code == 200
+    finally:
+        handle.stop()
+
+
 def test_request_attributes_map_each_path_onto_rbac_terms():
     a = request_attributes("GET", f"{EXT}/namespaces/shop/predicted_cpu_load_ratio", {})
     assert (a.verb, a.resource, a.namespace, a.path) == ("get", "predicted_cpu_load_ratio", "shop", "")

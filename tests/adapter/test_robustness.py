@@ -92,3 +92,36 @@ def test_a_request_during_the_first_index_read_waits_for_it_instead_of_finding_n
     finally:
         store.release.set()
         cache.stop()
+
+
+class _CountingReads(MemoryForecastStore):
+    def __init__(self):
+        super().__init__()
+        self.single_reads = 0
+
+    def latest(self, series_id):
+        self.single_reads += 1
+        return super().latest(series_id)
+
+
+def test_entries_nobody_asks_for_are_revalidated_so_a_late_request_never_reads_the_store_inline():
+    # With several adapter processes an HPA's next request to this one can come long after the
+    # last: the entry must still be fresh (checked in the background), and a new version picked up
+    from adapter.state import ForecastCache
+
+    store = _CountingReads()
+    store.publish(sample_forecast("shop", "web", now=time.time(), p90=(3.0, 3.0, 3.0)))
+    cache = ForecastCache(store, CacheSettings(ttl_seconds=0.05, max_stale_seconds=0.6))
+    cache.start()
+    try:
+        cache.ensure_index()
+        first = cache.get("shop/web")
+        time.sleep(1.5)  # 2.5x the stale window without a request
+        assert cache.get("shop/web") is first and store.single_reads == 0
+        store.publish(sample_forecast("shop", "web", now=time.time(), p90=(9.0, 9.0, 9.0)))
+        deadline = time.time() + 5
+        while cache.get("shop/web").quantiles["p90"][0] != 9.0 and time.time() < deadline:
+            time.sleep(0.05)
+        assert cache.get("shop/web").quantiles["p90"][0] == 9.0 and store.single_reads == 0
+    finally:
+        cache.stop()

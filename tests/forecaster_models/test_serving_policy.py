@@ -201,6 +201,21 @@ def test_the_adapter_applies_the_published_policy():
     assert r.value == pytest.approx(15.0 / 1.5) and r.headroom == 1.5
 
 
+def test_a_forecasts_policy_is_read_once_however_often_it_is_served_and_stays_out_of_its_fields(monkeypatch):
+    import dataclasses
+
+    reads = []
+    real = ServingPolicy.from_dict.__func__
+    monkeypatch.setattr(ServingPolicy, "from_dict", classmethod(lambda cls, d: reads.append(d) or real(cls, d)))
+    fc = _fc(_pol(quantile="p50", headroom=1.5, gap_edges=(0.2,), headrooms=(1.5, 2.0), fallback_headrooms=(1.1, 1.3)))
+    twin = dataclasses.replace(fc)
+    values = [served_cores(fc, T0 + 10 * i, MetricSettings()).value for i in range(5)]
+    assert len(reads) == 1 and values == [pytest.approx(15.0)] * 5
+    assert fc == twin and fc.to_json() == twin.to_json() and dataclasses.asdict(fc) == dataclasses.asdict(twin)
+    assert served_cores(twin, T0, MetricSettings()).value == pytest.approx(15.0) and len(reads) == 2  # its own read
+    assert served_cores(_fc({"version": 99}), T0, MetricSettings()).value == pytest.approx(12.0)  # refused ones too
+
+
 def test_held_floor_is_the_max_of_the_last_k_samples_ignoring_gaps():
     v = np.array([1.0, 5.0, np.nan, 2.0, 3.0])
     o = np.arange(5)

@@ -4,6 +4,8 @@ and the demand that sync's pods carry once they are ready."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -58,3 +60,36 @@ def test_a_rise_is_scored_with_the_pods_the_adapter_asks_for_as_its_curve_climbs
     at_syncs = choose_policy(sync_exposure(raw, o, 300.0), raw[o], {"p50": lead_bases(raw[o], perfect, 300.0)}, 1.0, settings)
     as_points = choose_policy(sync_exposure(raw, o, 300.0), raw[o], {"p50": perfect}, 1.0, settings)
     assert at_syncs.costs["p50"] < as_points.costs["p50"]
+
+
+def test_the_adapters_one_forecast_path_gives_the_same_floats_as_the_choosers_vector_path():
+    # window_max_one (the adapter, per request) and window_max (the chooser, every origin at
+    # once) must serve the same number, and headroom_at the state gap_state gives, exactly
+    from forecaster.leadwindow import window_max, window_max_one
+    from forecaster.servingpolicy import ServingPolicy
+    from forecaster.servingscore import gap_state
+
+    rng = np.random.default_rng(7)
+    for _ in range(3000):
+        h = int(rng.integers(1, 14))
+        knots = rng.choice([rng.normal(size=h) * 5, np.round(rng.uniform(0, 3, size=h), 1)])
+        first = [math.nan, None, float(rng.normal() * 5), float(knots[0])][int(rng.integers(0, 4))]
+        step = float(rng.choice([15.0, 60.0, 300.0, 37.5]))
+        start = float(rng.choice([rng.uniform(-2 * step, (h + 2) * step), step * int(rng.integers(0, h + 2))]))
+        lead = float(rng.choice([0.0, 75.0, 165.0, step, rng.uniform(0, 3 * step)]))
+        want = window_max(np.array([math.nan if first is None else first]), knots[None, :], np.array([start]), lead, step)[0, 0]
+        assert window_max_one(first, tuple(knots.tolist()), start, lead, step) == want, (first, knots, start, lead, step)
+    edges = (0.05, 0.1, 0.25, 0.5)
+    pol = ServingPolicy(gap_edges=edges, headrooms=(1.0, 1.1, 1.2, 1.3, 1.4), fallback_headrooms=(1.5, 1.6, 1.7, 1.8, 1.9))
+    for gap in [*edges, 0.0, 1.0, math.nan, *rng.uniform(0, 1, size=200)]:
+        assert pol.headroom_at(gap) == pol.headrooms[int(gap_state([gap], edges)[0])]
+        assert pol.headroom_at(gap, fallback=True) == pol.fallback_headrooms[int(gap_state([gap], edges)[0])]
+    # peak_gap in plain floats reads samples as numpy did (NaN and None skipped, the last 12)
+    from forecaster.servingscore import PEAK_SAMPLES, peak_gap
+
+    for _ in range(500):
+        x = rng.uniform(0, 4, size=int(rng.integers(0, 20)))
+        x[rng.uniform(size=len(x)) < 0.2] = math.nan
+        tail = x[-PEAK_SAMPLES:][np.isfinite(x[-PEAK_SAMPLES:])]
+        want = float(min(1.0, max(0.0, 1.0 - tail[-1] / tail.max()))) if len(tail) and tail.max() > 0 else 0.0
+        assert peak_gap(x) == peak_gap(list(x)) == peak_gap([None if math.isnan(v) else v for v in x]) == want
