@@ -197,7 +197,10 @@ class Claims:
 
     def _claim_warm(self, st, lease_expires_at: float) -> Container | None:
         spec = st.spec
-        backend = self.backend(spec)
+        try:
+            backend = self.backend(spec)
+        except UserError as exc:  # its backend cannot run here: a 503 that says why, not a 500
+            raise ClaimFailed(f"pool {spec.name!r}: {exc}") from exc
         while True:
             with self._lock:
                 c = self._next_warm(st)
@@ -259,7 +262,7 @@ class Claims:
         spec = st.spec
         try:
             got, timings = self.backend(spec).cold_start(spec, self._new_id(spec.name), self.clock(), lease_expires_at)
-        except BackendError as exc:
+        except (BackendError, UserError) as exc:
             raise ClaimFailed(f"pool {spec.name!r}: cold start failed: {exc}") from exc
         with self._lock:
             st.containers[got.id] = got

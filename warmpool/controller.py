@@ -327,14 +327,13 @@ class Controller(Claims, Starts):
             st = self._pools.get(pool)
         if st is None:
             return
-        backend = self.backend(st.spec)
         for _ in range(count):
             cid = self._new_id(pool)
             with self._lock:
                 deadline = st.decay.deadline(st.spec.idle_ttl, now)
-            try:
-                c, timings = backend.create(st.spec, cid, now, deadline)
-            except CreateError as exc:
+            try:  # a backend that cannot run here fails this pool's creations, not the round
+                c, timings = self.backend(st.spec).create(st.spec, cid, now, deadline)
+            except (CreateError, UserError) as exc:
                 with self._lock:
                     st.failures += 1
                     st.last_error = str(exc)[:300]

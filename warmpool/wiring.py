@@ -7,11 +7,12 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Callable
 
 from forecaster.errors import UserError
-from warmpool.policy import Policy
+from warmpool.policy import BACKENDS, Policy
 
 log = logging.getLogger(__name__)
 
@@ -25,19 +26,42 @@ def default_state_dir() -> Path:
     return Path.home() / ".local" / "state" / "foresight" / "warmpool"
 
 
+class Backends(Mapping):
+    """The backends by name, each built the first time a pool needs it: the policy a controller
+    starts with may name none of the backends a reloaded one needs (the chart's controller starts
+    before any WarmPool exists). A backend that cannot run here raises UserError when asked for."""
+
+    def __init__(self, make: Callable[[str], object]):
+        self._make, self._built, self._lock = make, {}, threading.Lock()
+
+    def __getitem__(self, name: str):
+        with self._lock:
+            if name not in self._built:
+                if name not in BACKENDS:
+                    raise KeyError(name)
+                self._built[name] = self._make(name)
+            return self._built[name]
+
+    def __iter__(self):  # the backends built so far (the controller's orphan sweep walks these)
+        return iter(list(self._built))
+
+    def __len__(self) -> int:
+        return len(self._built)
+
+
 def build_backends(policy: Policy, state_dir: str | Path, clock: Callable[[], float] = time.time, kubeconfig: str | None = None, coldstart=None,
-                   store=None, owner=None) -> dict:
-    """One backend instance per backend name used by the policy (checked up front)."""
-    out: dict = {}
-    for name in sorted({p.backend for p in policy.pools}):
+                   store=None, owner=None) -> Backends:
+    """The backends, built on first use; those the starting policy names are built (and so
+    checked) up front."""
+    def make(name: str):
         if name in ("crun", "runc"):
             from warmpool.backends.crun import CrunBackend, probe
 
             ok, why, _ = probe(name)
             if not ok:
                 raise UserError(f"backend {name} cannot run containers here: {why}; use backend: sim to simulate")
-            out[name] = CrunBackend(Path(state_dir) / name, runtime=name)
-        elif name == "kubernetes":
+            return CrunBackend(Path(state_dir) / name, runtime=name)
+        if name == "kubernetes":
             from warmpool.backends.kubernetes import KubernetesBackend
 
             in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not kubeconfig
@@ -46,14 +70,15 @@ def build_backends(policy: Policy, state_dir: str | Path, clock: Callable[[], fl
                 from forecaster.nodes import placement_affinity
 
                 affinity = lambda: placement_affinity(store)  # noqa: E731
-            out[name] = KubernetesBackend(kubeconfig=kubeconfig or os.environ.get("KUBECONFIG"), in_cluster=in_cluster,
-                                          affinity_provider=affinity, owner=owner)
-        elif name == "sim":
-            from warmpool.backends.sim import SimBackend
+            return KubernetesBackend(kubeconfig=kubeconfig or os.environ.get("KUBECONFIG"), in_cluster=in_cluster,
+                                     affinity_provider=affinity, owner=owner)
+        from warmpool.backends.sim import SimBackend  # the policy checker refuses every other name
 
-            out[name] = SimBackend(clock, coldstart)
-        else:  # the policy checker already refuses this
-            raise UserError(f"unknown backend {name!r}")
+        return SimBackend(clock, coldstart)
+
+    out = Backends(make)
+    for name in sorted({p.backend for p in policy.pools}):
+        out[name]  # built now: a backend that cannot run here stops the start, naming why
     return out
 
 

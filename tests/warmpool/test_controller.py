@@ -251,3 +251,40 @@ def test_a_pool_claimed_every_five_minutes_learns_to_pre_warm_and_to_hold_nothin
     # and once the price has followed the budget down, it holds a container only in the
     # minute of each claim (pre-warmed at that minute's round)
     assert held[-60:] == [1, 0, 0, 0, 0] * 12
+
+
+def test_a_controller_started_with_no_pools_builds_the_backend_a_reloaded_policy_names(tmp_path):
+    """The chart's controller starts before any WarmPool exists: its first policy names no backend."""
+    from warmpool.policy import parse_policy
+    from warmpool.wiring import build_backends
+
+    empty = parse_policy({"apiVersion": "foresight/v1alpha1", "kind": "WarmPoolPolicy", "pools": []})
+    backends = build_backends(empty, tmp_path)
+    assert list(backends) == []
+    ctl = Controller(empty, MemoryForecastStore(), backends)
+    ctl.set_policy(make_policy(min_warm=2))  # the operator wrote a pool on the sim backend
+    ctl.step()
+    assert list(backends) == ["sim"] and ctl.describe()["pools"][0]["warm"] + ctl.describe()["pools"][0]["creating"] == 2
+
+
+def test_a_backend_that_cannot_run_here_fails_its_pools_creations_and_claims_not_the_round(tmp_path):
+    from forecaster.errors import UserError
+    from warmpool.claims import ClaimFailed
+    from warmpool.policy import parse_policy
+    from warmpool.wiring import Backends
+
+    def make(name):
+        if name == "kubernetes":
+            raise UserError("backend kubernetes: no cluster credentials here")
+        return SimBackend(lambda: 1_700_000_000.0)
+
+    pools = [{"name": n, "workload": {"namespace": "demo", "name": n}, "backend": b, "min_warm": 1, "max_warm": 2,
+              "idle_ttl": {"initial_seconds": 120, "decay": 0.15}} for n, b in (("sim-pool", "sim"), ("k8s-pool", "kubernetes"))]
+    policy = parse_policy({"apiVersion": "foresight/v1alpha1", "kind": "WarmPoolPolicy", "pools": pools})
+    ctl = Controller(policy, MemoryForecastStore(), Backends(make), clock=lambda: 1_700_000_000.0)
+    ctl.step()  # the kubernetes pool's failure does not stop the sim pool's round
+    view = {p["pool"]: p for p in ctl.describe()["pools"]}
+    assert view["sim-pool"]["warm"] + view["sim-pool"]["creating"] == 1
+    assert view["k8s-pool"]["degraded"] and view["k8s-pool"]["warm"] == 0
+    with pytest.raises(ClaimFailed, match="no cluster credentials"):
+        ctl.claim("k8s-pool")
