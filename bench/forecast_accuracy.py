@@ -4,10 +4,14 @@ side in ONE run, plus the cost of refreshing 1,000 series' forecasts from new da
 
 ``--part``: the series whose SHA-1(series id) is even (tune: the lead-guard defaults of
 ``auto`` were chosen on it) or odd (holdout, the default: the headline), as bench/replay_all.py
-splits them. Next to ``auto`` (what ships) two benchmark-only rows from the same candidate fits
-show the lead-step guard's history: ``auto_before_guard`` (no guard) and ``auto_guard_e4b3f37``
-(the first guard: persistence at h=1 unless the model wins by 3 standard errors); the guard table
-gives each one's median MASE at h = 1, 2, 3, 6, 12 and its h=1 tail against persistence.
+splits them. ``auto`` is what ships: the selection with its lead-step guard, served through the
+trainer's live check (the previous origin's fit refreshed at every sample up to the origin and
+scored against persistence; a fallback it triggers is kept by the refit: forecaster/backtest_live.py).
+Three benchmark-only rows from the same candidate fits, none with the live check, show the
+history: ``auto_before_guard`` (no guard), ``auto_guard_e4b3f37`` (the first guard: persistence at
+h=1 unless the model wins by 3 standard errors) and ``auto_no_live_check`` (the shipped guard
+alone); the guard table gives each one's median MASE at h = 1, 2, 3, 6, 12 and its h=1 tail
+against persistence.
 
     .venv/bin/python bench/forecast_accuracy.py                 # full run (held-out half, all models)
     .venv/bin/python bench/forecast_accuracy.py --part tune     # the half the defaults were chosen on
@@ -43,7 +47,7 @@ from bench.replay_all import in_part  # noqa: E402  (the one tune/holdout split 
 ALL_MODELS = "auto,persistence,seasonal_naive,moving_average,ets,ar,ar_log,prophet,lstm"
 TARGET_MODELS = "auto,persistence"
 # benchmark-only rows of auto from the same fits (bench-side names, not settings a user sees)
-BEFORE_GUARD, FIRST_GUARD = "auto_before_guard", "auto_guard_e4b3f37"
+BEFORE_GUARD, FIRST_GUARD, NO_LIVE = "auto_before_guard", "auto_guard_e4b3f37", "auto_no_live_check"
 GUARD_HORIZONS = (1, 2, 3, 6, 12)
 TARGETS = {
     "auto_mean_mase_median_max": 0.70,
@@ -134,7 +138,8 @@ def auto_variants(cands, grid: bool = False) -> tuple:
     from forecaster.selection import SelectionSettings
 
     rows = ((BEFORE_GUARD, SelectionSettings(candidates=cands, lead_guard=False), None),
-            (FIRST_GUARD, SelectionSettings(candidates=cands), fixed_z_lead_guard))
+            (FIRST_GUARD, SelectionSettings(candidates=cands), fixed_z_lead_guard),
+            (NO_LIVE, SelectionSettings(candidates=cands), None))
     if grid:
         rows += tuple((grid_name(z, m), SelectionSettings(candidates=cands, lead_evidence_z=z, lead_max_move=m), None)
                       for z, m in GUARD_GRID)
@@ -151,6 +156,14 @@ def h1_ratios(rows: pd.DataFrame, model: str = "auto") -> pd.DataFrame:
     r[(out["mae_persistence"] == 0) & (out["mae_auto"] == 0)] = 1.0
     out["ratio"] = r
     return out.sort_values("ratio", ascending=False)
+
+
+def live_fallbacks(forecasts: dict) -> dict:
+    """The origins where ``auto`` served persistence because of the trainer's live check."""
+    hits = [(sid, int(o.origin)) for sid, origins in forecasts.items() for o in origins if o.live_fallback]
+    total = sum(len(origins) for origins in forecasts.values())
+    return {"origins": total, "fallbacks": len(hits), "share": len(hits) / total if total else 0.0,
+            "series": sorted({sid for sid, _ in hits}), "at": [{"series_id": sid, "origin": o} for sid, o in hits]}
 
 
 def tail_stats(ratios: pd.DataFrame, worst: int = 8) -> dict:
@@ -171,7 +184,7 @@ def guard_table(rows: pd.DataFrame) -> dict:
     h = 1..12, and the h=1 tail against persistence."""
     out = {}
     present = set(rows.model)
-    for m in ("auto", BEFORE_GUARD, FIRST_GUARD) + tuple(sorted(x for x in present if x.startswith("auto_grid_"))):
+    for m in ("auto", NO_LIVE, BEFORE_GUARD, FIRST_GUARD) + tuple(sorted(x for x in present if x.startswith("auto_grid_"))):
         g = rows[rows.model == m]
         if not len(g):
             continue
@@ -226,7 +239,7 @@ def plot(summary: pd.DataFrame, rows: pd.DataFrame, path: Path, ratios: pd.DataF
         ax = axes[3]
         r = np.sort(np.minimum(ratios["ratio"].to_numpy(), 10.0))[::-1]
         ax.plot(np.arange(1, len(r) + 1), r, marker=".", color="tab:red", label="auto (shipped)")
-        for m, c in ((BEFORE_GUARD, "tab:grey"), (FIRST_GUARD, "tab:blue")):
+        for m, c in ((BEFORE_GUARD, "tab:grey"), (FIRST_GUARD, "tab:blue"), (NO_LIVE, "tab:orange")):
             if m in set(rows["model"]):
                 rv = np.sort(np.minimum(h1_ratios(rows, m)["ratio"].to_numpy(), 10.0))[::-1]
                 ax.plot(np.arange(1, len(rv) + 1), rv, lw=1, color=c, label=m)
@@ -322,6 +335,10 @@ def main(argv=None) -> int:
             print(f"  {w['series_id']:<48} {w['ratio']:6.2f}x  (MAE {w['mae_auto']:.3g} vs {w['mae_persistence']:.3g})")
         guards = guard_table(run.rows)
         print_guard_table(guards)
+    live = live_fallbacks(run.forecasts) if "auto" in models else None
+    if live is not None:
+        print(f"\nlive check: auto served persistence at {live['fallbacks']} of {live['origins']} origins "
+              f"({live['share']:.1%}), on {len(live['series'])} series: {', '.join(live['series']) or '-'}")
 
     checks = {}
     if "auto" in summary.index:
@@ -381,6 +398,7 @@ def main(argv=None) -> int:
             "refresh": refresh,
             "h1_ratio_vs_persistence": h1,
             "guard_comparison": guards,
+            "live_check_fallbacks": live,
             "targets": {k: list(v) if isinstance(v, tuple) else v for k, v in TARGETS.items()},
             "checks": checks,
         },

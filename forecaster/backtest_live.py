@@ -1,0 +1,64 @@
+"""The trainer between the backtest's origins: what ``auto`` serves at an origin, live check
+included.
+
+``foresight train`` does not only fit: between fits it refreshes the fitted model at every
+new sample, scores its one-step forecast against persistence's (``forecaster.drift``) and
+serves persistence while the model loses live; a refit keeps that fallback until the new model
+recovers. The walk-forward backtest fits at each origin; this replays the rest with the
+production ``Trainer`` itself: the state fitted at the previous origin is refreshed
+(``Trainer.refresh``) at every sample up to this origin, the new fit is installed
+(``Trainer.adopt``, which hands a fallback over) and the forecast is the trainer's refresh at
+the origin. When the check has not fallen back it is exactly the fitted model's forecast.
+
+    replay = LiveReplay("s1", horizon=12, quantiles=(0.5, 0.9), train_points=4032)
+    mean, quantiles, fell_back = replay.serve(y, ts, origin, model, score, mae_by_h)  # origins in order
+
+Not replayed: production refits every ``retrain_interval_seconds`` (a day by default) and
+also soon after its backtest-relative drift check fires; here the refits are the origins.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from forecaster.drift import LiveSkill
+from forecaster.models import Model
+from forecaster.training import SeriesState, Trainer
+
+__all__ = ["LiveReplay"]
+
+
+class LiveReplay:
+    """One series' trainer over a walk-forward backtest (its origins in increasing order)."""
+
+    def __init__(self, series_id: str, *, horizon: int, quantiles, train_points: int) -> None:
+        self.series_id = series_id
+        self.trainer = Trainer(None, horizon=horizon, quantiles=quantiles)  # the shipped live check
+        self.train_points = int(train_points)
+        self.last_origin: int | None = None
+
+    def serve(self, y: np.ndarray, ts: np.ndarray, origin: int, model: Model, score: float | None,
+              mae_by_h: np.ndarray, fallback: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray], bool]:
+        """Refresh the installed fit at every sample since the previous origin, install
+        ``model`` (fitted on data up to ``origin``; ``fallback``: the fit itself fell back to
+        persistence) and return the mean and quantiles the trainer serves at ``origin``, and
+        whether that is persistence although the fit chose a model."""
+        if self.last_origin is not None:
+            for t in range(self.last_origin + 1, origin):
+                self._refresh(y, ts, t)
+        self.last_origin = origin
+        st = SeriesState(self.series_id, model, model.name, float(ts[origin]), score,
+                         np.asarray(mae_by_h, dtype="float64"), status="fallback" if fallback else "ok")
+        st.skill = LiveSkill(self.trainer.live_skill, st.model_name)
+        self.trainer.adopt(st)
+        fc = self._refresh(y, ts, origin)
+        fell_back = st.status == "ok" and fc.model != st.model_name
+        quantiles = {k: np.asarray(v, dtype="float64") for k, v in fc.quantiles.items()}
+        return np.asarray(fc.mean, dtype="float64"), quantiles, fell_back
+
+    def _refresh(self, y: np.ndarray, ts: np.ndarray, t: int):
+        lo = max(0, t + 1 - self.train_points)
+        window = y[lo : t + 1]
+        if not np.isfinite(window).any():
+            return None  # the trainer has nothing to refresh from (it raises); nothing is scored
+        return self.trainer.refresh(self.series_id, ts[lo : t + 1], window, now=float(ts[t]), publish=False)
