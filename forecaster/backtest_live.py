@@ -12,6 +12,7 @@ the origin. When the check has not fallen back it is exactly the fitted model's 
 
     replay = LiveReplay("s1", horizon=12, quantiles=(0.5, 0.9), train_points=4032)
     mean, quantiles, fell_back = replay.serve(y, ts, origin, model, score, mae_by_h)  # origins in order
+    steps = replay.take_steps()   # (t, one-step forecast served at t, value at t) since the last call
 
 Not replayed: production refits every ``retrain_interval_seconds`` (a day by default) and
 also soon after its backtest-relative drift check fires; here the refits are the origins.
@@ -36,6 +37,7 @@ class LiveReplay:
         self.trainer = Trainer(None, horizon=horizon, quantiles=quantiles)  # the shipped live check
         self.train_points = int(train_points)
         self.last_origin: int | None = None
+        self._steps: list[tuple[int, float, float]] = []
 
     def serve(self, y: np.ndarray, ts: np.ndarray, origin: int, model: Model, score: float | None,
               mae_by_h: np.ndarray, fallback: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray], bool]:
@@ -56,9 +58,20 @@ class LiveReplay:
         quantiles = {k: np.asarray(v, dtype="float64") for k, v in fc.quantiles.items()}
         return np.asarray(fc.mean, dtype="float64"), quantiles, fell_back
 
+    def take_steps(self) -> np.ndarray:
+        """What the trainer served one step ahead at every refresh since the last call, as
+        rows (t, forecast for t + 1, value observed at t): the forecast as an autoscaler
+        reads it at every sample, not only at the origins."""
+        out = np.asarray(self._steps, dtype="float64").reshape(-1, 3)
+        self._steps = []
+        return out
+
     def _refresh(self, y: np.ndarray, ts: np.ndarray, t: int):
         lo = max(0, t + 1 - self.train_points)
         window = y[lo : t + 1]
-        if not np.isfinite(window).any():
+        finite = np.flatnonzero(np.isfinite(window))
+        if not len(finite):
             return None  # the trainer has nothing to refresh from (it raises); nothing is scored
-        return self.trainer.refresh(self.series_id, ts[lo : t + 1], window, now=float(ts[t]), publish=False)
+        fc = self.trainer.refresh(self.series_id, ts[lo : t + 1], window, now=float(ts[t]), publish=False)
+        self._steps.append((t, fc.mean[0], float(window[finite[-1]])))
+        return fc

@@ -93,6 +93,9 @@ class OriginForecasts:
     chosen: str = ""  # what auto picked
     recent: np.ndarray | None = None  # the last points before the origin (for plots)
     live_fallback: bool = False  # auto served persistence because of the live check
+    # auto at every sample since the previous origin, this one included, as the trainer served
+    # it one step ahead: rows (t, value at t + 1, forecast served at t, value observed at t)
+    steps: np.ndarray | None = None
 
 
 def _fit_predict_all(
@@ -332,14 +335,18 @@ def _backtest_timed(sid, ts, v, protos, settings, auto, auto_cands, per_model_ti
         if not np.isfinite(tr_y).any():
             continue
         fc, chosen, auto_fit = _fit_predict_all(tr_y, tr_ts, by_name, settings, cand_names if auto else None, per_model_time)
-        fell_back = False
+        fell_back, steps = False, None
         if replay is not None and auto_fit is not None:
             t0 = time.perf_counter()
             mean, qs, fell_back = replay.serve(y, ts, int(o), auto_fit.model, auto_fit.score, auto_fit.mae_by_h,
                                                fallback=auto_fit.fallback)
             fc["auto"] = (mean, qs)
+            served = replay.take_steps()
+            nxt = served[:, 0].astype(int) + 1
+            truth = np.where(nxt < len(y), y[np.minimum(nxt, len(y) - 1)], np.nan)
+            steps = np.column_stack([served[:, 0], truth, served[:, 1], served[:, 2]])
             per_model_time["live_check_replay"] = per_model_time.get("live_check_replay", 0.0) + time.perf_counter() - t0
         fc = {k: v for k, v in fc.items() if k in wanted or k.startswith("auto")}
         out.append(OriginForecasts(o, y[o + 1 : o + 1 + settings.horizon], naive_scale(tr_y), fc, chosen,
-                                   recent=y[max(0, o - 35) : o + 1], live_fallback=fell_back))
+                                   recent=y[max(0, o - 35) : o + 1], live_fallback=fell_back, steps=steps))
     return out

@@ -72,3 +72,19 @@ def test_the_replay_scores_the_previous_fit_between_origins_and_hands_its_fallba
     assert fell_back and mean == pytest.approx(np.full(12, y[o2]))
     skill = replay.trainer.state("s").skill
     assert skill.drifted and skill.points == 0 and skill.inherited_from == "seasonal_naive"
+
+
+def test_every_sample_between_origins_is_kept_as_served_one_step_ahead():
+    ts, y = cycle_that_stalls()
+    out = backtest_series("s", ts, y, ["persistence"], settings(), auto=True, auto_candidates=CANDS)
+    assert len(out[0].steps) == 1 and out[0].steps[0, 0] == out[0].origin  # the first origin: its own refresh
+    for prev, o in zip(out, out[1:]):
+        t = o.steps[:, 0].astype(int)
+        assert t.tolist() == list(range(prev.origin + 1, o.origin + 1))  # every sample, the origin included
+        assert np.array_equal(o.steps[:, 1], y[t + 1]) and np.array_equal(o.steps[:, 3], y[t])
+        assert o.steps[-1, 2] == o.forecasts["auto"][0][0]  # the origin's row is what the backtest scores
+    stalled = out[1].steps
+    on_persistence = np.isclose(stalled[:, 2], stalled[:, 3])
+    first = int(np.argmax(on_persistence))
+    assert stalled[first, 0] >= out[1].origin - 36 + 12  # not before min_points of the stall were scored
+    assert on_persistence[first:].all()  # and from then on, between the origins too
