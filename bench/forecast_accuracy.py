@@ -163,13 +163,15 @@ def live_fallbacks(forecasts: dict) -> dict:
     """The origins where ``auto`` served persistence because of the trainer's live check."""
     hits = [(sid, int(o.origin)) for sid, origins in forecasts.items() for o in origins if o.live_fallback]
     total = sum(len(origins) for origins in forecasts.values())
+    refits = sum(o.refits for origins in forecasts.values() for o in origins)
     return {"origins": total, "fallbacks": len(hits), "share": len(hits) / total if total else 0.0,
-            "series": sorted({sid for sid, _ in hits}), "at": [{"series_id": sid, "origin": o} for sid, o in hits]}
+            "series": sorted({sid for sid, _ in hits}), "at": [{"series_id": sid, "origin": o} for sid, o in hits],
+            "refits_between_origins": refits}
 
 
 def every_step_ratios(forecasts: dict) -> pd.DataFrame:
     """Per series: the one-step forecast the trainer served at EVERY sample from the first
-    origin to the last (about 1,900 per series, live check included), its MAE and
+    origin to the last (about 1,900 per series; live check and drift refits included), its MAE and
     persistence's on the same samples: the h=1 tail as an autoscaler meets it, beside the 14
     origins of the protocol."""
     rows = {}
@@ -192,7 +194,8 @@ def live_report(forecasts: dict, ratios: pd.DataFrame | None) -> tuple[dict, dic
     sample (added to ``ratios`` as ``every_step_ratio``); returns both for the JSON."""
     live = live_fallbacks(forecasts)
     print(f"\nlive check: auto served persistence at {live['fallbacks']} of {live['origins']} origins "
-          f"({live['share']:.1%}), on {len(live['series'])} series: {', '.join(live['series']) or '-'}")
+          f"({live['share']:.1%}), on {len(live['series'])} series: {', '.join(live['series']) or '-'}; "
+          f"the trainer's drift check refit {live['refits_between_origins']} times between origins")
     steps = every_step_ratios(forecasts)
     if not len(steps):
         return live, None

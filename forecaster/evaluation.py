@@ -11,8 +11,9 @@
   origin's training data only, so it is judged on forecasts it made before seeing the truth,
   served as ``foresight train`` serves it (``forecaster.backtest_live``): the fit of the
   previous origin is refreshed at every sample up to this one and scored live against
-  persistence; when that live check has fallen back, the new fit starts in fallback and the
-  origin's forecast is persistence's.
+  persistence (and refitted at once when its drift check asks, as the trainer does); when
+  that live check has fallen back, the new fit starts in fallback and the origin's forecast
+  is persistence's.
 
 Every model at an origin is fitted once; its forecasts feed both its own row and ``auto``
 (and the rows of ``BacktestSettings.auto_variants``, which are the selection's forecasts
@@ -96,6 +97,7 @@ class OriginForecasts:
     # auto at every sample since the previous origin, this one included, as the trainer served
     # it one step ahead: rows (t, value at t + 1, forecast served at t, value observed at t)
     steps: np.ndarray | None = None
+    refits: int = 0  # fits the trainer asked for since the previous origin (its drift check)
 
 
 def _fit_predict_all(
@@ -327,7 +329,11 @@ def _backtest_timed(sid, ts, v, protos, settings, auto, auto_cands, per_model_ti
         by_name.setdefault(c, c)
     wanted = [p if isinstance(p, str) else p.name for p in protos]
     train_pts = int(round(settings.train_days * season))
-    replay = LiveReplay(sid, horizon=settings.horizon, quantiles=settings.quantiles, train_points=train_pts) if auto else None
+    replay = None
+    if auto:
+        globals_ = {n: p for n, p in by_name.items() if isinstance(p, Model)}
+        replay = LiveReplay(sid, cand_names, settings.selection, horizon=settings.horizon, quantiles=settings.quantiles,
+                            train_points=train_pts, prototypes=globals_)
     out = []
     for o in origin_indices(len(y), season, settings):
         lo = max(0, o + 1 - train_pts)
@@ -335,9 +341,10 @@ def _backtest_timed(sid, ts, v, protos, settings, auto, auto_cands, per_model_ti
         if not np.isfinite(tr_y).any():
             continue
         fc, chosen, auto_fit = _fit_predict_all(tr_y, tr_ts, by_name, settings, cand_names if auto else None, per_model_time)
-        fell_back, steps = False, None
+        fell_back, steps, refits = False, None, 0
         if replay is not None and auto_fit is not None:
             t0 = time.perf_counter()
+            before = replay.refits
             mean, qs, fell_back = replay.serve(y, ts, int(o), auto_fit.model, auto_fit.score, auto_fit.mae_by_h,
                                                fallback=auto_fit.fallback)
             fc["auto"] = (mean, qs)
@@ -345,8 +352,10 @@ def _backtest_timed(sid, ts, v, protos, settings, auto, auto_cands, per_model_ti
             nxt = served[:, 0].astype(int) + 1
             truth = np.where(nxt < len(y), y[np.minimum(nxt, len(y) - 1)], np.nan)
             steps = np.column_stack([served[:, 0], truth, served[:, 1], served[:, 2]])
+            refits = replay.refits - before
             per_model_time["live_check_replay"] = per_model_time.get("live_check_replay", 0.0) + time.perf_counter() - t0
         fc = {k: v for k, v in fc.items() if k in wanted or k.startswith("auto")}
         out.append(OriginForecasts(o, y[o + 1 : o + 1 + settings.horizon], naive_scale(tr_y), fc, chosen,
-                                   recent=y[max(0, o - 35) : o + 1], live_fallback=fell_back, steps=steps))
+                                   recent=y[max(0, o - 35) : o + 1], live_fallback=fell_back, steps=steps,
+                                   refits=refits))
     return out

@@ -59,19 +59,38 @@ def test_without_the_stall_the_check_never_falls_back():
     assert not any(o.live_fallback for o in out)
 
 
+def replay_and_fit(y, ts):
+    replay = LiveReplay("s", CANDS, SelectionSettings(candidates=CANDS), horizon=12, quantiles=(0.5, 0.9),
+                        train_points=6 * DAY)
+    return replay, lambda o: get_model("seasonal_naive").fit(y[o + 1 - 6 * DAY : o + 1], ts[o + 1 - 6 * DAY : o + 1])
+
+
 def test_the_replay_scores_the_previous_fit_between_origins_and_hands_its_fallback_over():
     ts, y = cycle_that_stalls()
     o1, o2 = origin_indices(len(y), DAY, settings())[:2]
-    replay = LiveReplay("s", horizon=12, quantiles=(0.5, 0.9), train_points=6 * DAY)
-    fit = lambda o: get_model("seasonal_naive").fit(y[o + 1 - 6 * DAY : o + 1], ts[o + 1 - 6 * DAY : o + 1])
+    replay, fit = replay_and_fit(y, ts)
     m1 = fit(o1)
     expected = m1.predict(12).mean
-    mean, _, fell_back = replay.serve(y, ts, int(o1), m1, 0.5, np.ones(12))
+    big = np.full(12, 1e3)  # a backtest error the drift check never reaches: the live check alone
+    mean, _, fell_back = replay.serve(y, ts, int(o1), m1, 0.5, big)
     assert not fell_back and mean == pytest.approx(expected)
-    mean, _, fell_back = replay.serve(y, ts, int(o2), fit(o2), 0.5, np.ones(12))
+    mean, _, fell_back = replay.serve(y, ts, int(o2), fit(o2), 0.5, big)
     assert fell_back and mean == pytest.approx(np.full(12, y[o2]))
+    assert replay.refits == 0
     skill = replay.trainer.state("s").skill
     assert skill.drifted and skill.points == 0 and skill.inherited_from == "seasonal_naive"
+
+
+def test_the_replay_refits_between_origins_when_the_drift_check_asks_as_the_trainer_does():
+    ts, y = cycle_that_stalls()
+    o1, o2 = origin_indices(len(y), DAY, settings())[:2]
+    replay, fit = replay_and_fit(y, ts)
+    tiny = np.full(12, 1e-3)  # live error far above this backtest error: the trainer refits at once
+    replay.serve(y, ts, int(o1), fit(o1), 0.5, tiny)
+    replay.serve(y, ts, int(o2), fit(o2), 0.5, tiny)
+    assert replay.refits >= 1
+    t = replay.take_steps()[:, 0]
+    assert t[0] == o1 and t[-1] == o2 and len(t) == o2 - o1 + 1  # every sample was still served
 
 
 def test_every_sample_between_origins_is_kept_as_served_one_step_ahead():
