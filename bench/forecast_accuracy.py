@@ -4,13 +4,17 @@ side in ONE run, plus the cost of refreshing 1,000 series' forecasts from new da
 
 ``--part``: the series whose SHA-1(series id) is even (tune: the lead-guard defaults of
 ``auto`` were chosen on it) or odd (holdout, the default: the headline), as bench/replay_all.py
-splits them. Next to ``auto`` (what ships) two benchmark-only rows from the same candidate fits
-show the lead-step guard's history: ``auto_before_guard`` (no guard) and ``auto_guard_e4b3f37``
-(the first guard: persistence at h=1 unless the model wins by 3 standard errors); the guard table
-gives each one's median MASE at h = 1, 2, 3, 6, 12 and its h=1 tail against persistence. With
-``lstm`` and ``prophet`` among the models, the row ``auto_with_lstm_prophet`` is what
-``models: [auto, lstm, prophet]`` serves (auto choosing among its default candidates plus those
-two, from the same fits), with the fit seconds of both candidate sets per workload.
+splits them. ``auto`` is what ships: the selection with its lead-step guard, served through the
+trainer's live check (the previous origin's fit refreshed at every sample up to the origin and
+scored against persistence; a fallback it triggers is kept by the refit: forecaster/backtest_live.py).
+Three benchmark-only rows from the same candidate fits, none with the live check, show the
+history: ``auto_before_guard`` (no guard), ``auto_guard_e4b3f37`` (the first guard: persistence at
+h=1 unless the model wins by 3 standard errors) and ``auto_no_live_check`` (the shipped guard
+alone); the guard table gives each one's median MASE at h = 1, 2, 3, 6, 12 and its h=1 tail
+against persistence. With ``lstm`` and ``prophet`` among the models, the row
+``auto_with_lstm_prophet`` is the selection ``models: [auto, lstm, prophet]`` makes (auto choosing
+among its default candidates plus those two, from the same fits; without the live check, like the
+other benchmark-only rows), with the fit seconds of both candidate sets per workload.
 
     .venv/bin/python bench/forecast_accuracy.py                 # full run (held-out half, all models)
     .venv/bin/python bench/forecast_accuracy.py --part tune     # the half the defaults were chosen on
@@ -20,7 +24,8 @@ two, from the same fits), with the fit seconds of both candidate sets per worklo
     .venv/bin/python bench/forecast_accuracy.py --quick         # smoke run: 2 bundled series, 2 origins
 
 Writes bench/results/forecast_accuracy.{json,csv}, forecast_accuracy_summary.csv,
-forecast_accuracy_h1_ratio.csv (per series: auto's 5-minute MAE over persistence's) and
+forecast_accuracy_h1_ratio.csv (per series: auto's 5-minute MAE over persistence's at the origins, and
+``every_step_ratio``: the same over every sample between the first and the last origin) and
 forecast_accuracy.png; prints the summary table and the targets with pass/fail.
 """
 
@@ -42,8 +47,8 @@ import pandas as pd  # noqa: E402
 
 from bench.common import add_quick_args, cpu_files, results_dir, save_json  # noqa: E402
 from bench.forecast_rows import (  # noqa: E402
-    BEFORE_GUARD, FIRST_GUARD, WITH_GLOBAL, WITH_GLOBAL_MODELS, auto_variants, candidate_set_costs, guard_table,
-    h1_ratios, print_guard_table, tail_stats,
+    BEFORE_GUARD, FIRST_GUARD, NO_LIVE, WITH_GLOBAL, WITH_GLOBAL_MODELS, auto_variants, candidate_set_costs,
+    guard_table, h1_ratios, live_report, print_guard_table, tail_stats,
 )
 from bench.replay_all import in_part  # noqa: E402  (the one tune/holdout split of the benchmarks)
 
@@ -155,7 +160,7 @@ def plot(summary: pd.DataFrame, rows: pd.DataFrame, path: Path, ratios: pd.DataF
         ax = axes[3]
         r = np.sort(np.minimum(ratios["ratio"].to_numpy(), 10.0))[::-1]
         ax.plot(np.arange(1, len(r) + 1), r, marker=".", color="tab:red", label="auto (shipped)")
-        for m, c in ((BEFORE_GUARD, "tab:grey"), (FIRST_GUARD, "tab:blue")):
+        for m, c in ((BEFORE_GUARD, "tab:grey"), (FIRST_GUARD, "tab:blue"), (NO_LIVE, "tab:orange")):
             if m in set(rows["model"]):
                 rv = np.sort(np.minimum(h1_ratios(rows, m)["ratio"].to_numpy(), 10.0))[::-1]
                 ax.plot(np.arange(1, len(rv) + 1), rv, lw=1, color=c, label=m)
@@ -227,8 +232,6 @@ def main(argv=None) -> int:
             summary.loc[m, "fit_predict_seconds_per_series"] = t["seconds_per_series"]
     summary.to_csv(out / f"{args.name}_summary.csv")
     ratios = h1_ratios(run.rows) if {"auto", "persistence"} <= set(models) else None
-    if ratios is not None:
-        ratios.to_csv(out / f"{args.name}_h1_ratio.csv")
     plot(summary.drop(index=[m for m in summary.index if m.startswith("auto_grid_")]), run.rows,
          out / f"{args.name}.png", ratios)
     print()
@@ -261,6 +264,9 @@ def main(argv=None) -> int:
             print(f"  {w['series_id']:<48} {w['ratio']:6.2f}x  (MAE {w['mae_auto']:.3g} vs {w['mae_persistence']:.3g})")
         guards = guard_table(run.rows)
         print_guard_table(guards)
+    live, every_step = live_report(run.forecasts, ratios) if "auto" in models else (None, None)
+    if ratios is not None:
+        ratios.to_csv(out / f"{args.name}_h1_ratio.csv")
 
     checks = {}
     if "auto" in summary.index:
@@ -322,6 +328,8 @@ def main(argv=None) -> int:
             "h1_ratio_vs_persistence": h1,
             "guard_comparison": guards,
             "candidate_sets": sets,
+            "live_check_fallbacks": live,
+            "h1_every_step_vs_persistence": every_step,
             "targets": {k: list(v) if isinstance(v, tuple) else v for k, v in TARGETS.items()},
             "checks": checks,
         },

@@ -1,14 +1,16 @@
 """The benchmark-only rows of ``auto`` in bench/forecast_accuracy.py (bench-side names, not
 settings a user sees) and the tables that compare them: median MASE at the guard horizons, the
-h=1 tail against persistence, and the fit cost of each candidate set."""
+h=1 tail against persistence (at the origins, and at every sample the trainer served), where the
+live check served persistence, and the fit cost of each candidate set."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-# the lead-step guard's history: no guard, and the first guard
-BEFORE_GUARD, FIRST_GUARD = "auto_before_guard", "auto_guard_e4b3f37"
+# the lead-step guard's history: no guard, the first guard, and the shipped guard alone (auto's
+# selection without the trainer's live check)
+BEFORE_GUARD, FIRST_GUARD, NO_LIVE = "auto_before_guard", "auto_guard_e4b3f37", "auto_no_live_check"
 # the row of ``models: [auto, lstm, prophet]`` (auto choosing among its default candidates plus
 # the global LSTM and Prophet), scored when both run as models of their own
 WITH_GLOBAL, WITH_GLOBAL_MODELS = "auto_with_lstm_prophet", ("auto", "lstm", "prophet")
@@ -32,7 +34,8 @@ def auto_variants(cands, grid: bool = False, with_global: bool = False) -> tuple
     from forecaster.training import expand_models
 
     rows = ((BEFORE_GUARD, SelectionSettings(candidates=cands, lead_guard=False), None),
-            (FIRST_GUARD, SelectionSettings(candidates=cands), fixed_z_lead_guard))
+            (FIRST_GUARD, SelectionSettings(candidates=cands), fixed_z_lead_guard),
+            (NO_LIVE, SelectionSettings(candidates=cands), None))
     if with_global:
         rows += ((WITH_GLOBAL, SelectionSettings(candidates=expand_models(WITH_GLOBAL_MODELS)[0]), None),)
     if grid:
@@ -53,6 +56,55 @@ def h1_ratios(rows: pd.DataFrame, model: str = "auto") -> pd.DataFrame:
     return out.sort_values("ratio", ascending=False)
 
 
+def live_fallbacks(forecasts: dict) -> dict:
+    """The origins where ``auto`` served persistence because of the trainer's live check."""
+    hits = [(sid, int(o.origin)) for sid, origins in forecasts.items() for o in origins if o.live_fallback]
+    total = sum(len(origins) for origins in forecasts.values())
+    refits = sum(o.refits for origins in forecasts.values() for o in origins)
+    return {"origins": total, "fallbacks": len(hits), "share": len(hits) / total if total else 0.0,
+            "series": sorted({sid for sid, _ in hits}), "at": [{"series_id": sid, "origin": o} for sid, o in hits],
+            "refits_between_origins": refits}
+
+
+def every_step_ratios(forecasts: dict) -> pd.DataFrame:
+    """Per series: the one-step forecast the trainer served at EVERY sample from the first
+    origin to the last (about 1,900 per series; live check and drift refits included), its MAE and
+    persistence's on the same samples: the h=1 tail as an autoscaler meets it, beside the 14
+    origins of the protocol."""
+    rows = {}
+    for sid, origins in forecasts.items():
+        parts = [o.steps for o in origins if o.steps is not None and len(o.steps)]
+        if not parts:
+            continue
+        st = np.vstack(parts)
+        st = st[np.isfinite(st[:, 1])]
+        if not len(st):
+            continue
+        ma, mp = float(np.mean(np.abs(st[:, 1] - st[:, 2]))), float(np.mean(np.abs(st[:, 1] - st[:, 3])))
+        rows[sid] = {"mae_auto": ma, "mae_persistence": mp, "steps": len(st),
+                     "ratio": 1.0 if ma == mp == 0 else (ma / mp if mp > 0 else np.inf)}
+    return pd.DataFrame.from_dict(rows, orient="index").sort_values("ratio", ascending=False)
+
+
+def live_report(forecasts: dict, ratios: pd.DataFrame | None) -> tuple[dict, dict | None]:
+    """Prints where the live check served persistence at an origin, and the h=1 tail over every
+    sample (added to ``ratios`` as ``every_step_ratio``); returns both for the JSON."""
+    live = live_fallbacks(forecasts)
+    print(f"\nlive check: auto served persistence at {live['fallbacks']} of {live['origins']} origins "
+          f"({live['share']:.1%}), on {len(live['series'])} series: {', '.join(live['series']) or '-'}; "
+          f"the trainer's drift check refit {live['refits_between_origins']} times between origins")
+    steps = every_step_ratios(forecasts)
+    if not len(steps):
+        return live, None
+    every_step = tail_stats(steps, worst=5)
+    print(f"h=1 at every sample from the first origin to the last ({int(steps['steps'].sum())} one-step "
+          f"forecasts): auto / persistence per series max {every_step['max']:.2f}x, median "
+          f"{every_step['median']:.3f}x, {every_step['above_1.1']} of {every_step['series']} above 1.1x")
+    if ratios is not None:
+        ratios["every_step_ratio"] = steps["ratio"].reindex(ratios.index)
+    return live, every_step
+
+
 def tail_stats(ratios: pd.DataFrame, worst: int = 8) -> dict:
     r = ratios["ratio"]
     return {
@@ -71,7 +123,7 @@ def guard_table(rows: pd.DataFrame) -> dict:
     h = 1..12, and the h=1 tail against persistence."""
     out = {}
     present = set(rows.model)
-    for m in ("auto", WITH_GLOBAL, BEFORE_GUARD, FIRST_GUARD) + tuple(sorted(x for x in present if x.startswith("auto_grid_"))):
+    for m in ("auto", NO_LIVE, WITH_GLOBAL, BEFORE_GUARD, FIRST_GUARD) + tuple(sorted(x for x in present if x.startswith("auto_grid_"))):
         g = rows[rows.model == m]
         if not len(g):
             continue

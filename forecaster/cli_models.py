@@ -20,7 +20,10 @@ def register(subparsers) -> None:
         description=(
             "Walk-forward backtest (last 7 days, origins every 12 h, <= 14 days of training, "
             "h = 1..H). Prints median MASE per model (auto = per-series selection made on "
-            "data before each origin only) and writes series_id,model,h,mae,mase,pinball_p90,coverage_p90 rows."
+            "data before each origin only, served as foresight train serves it: the previous "
+            "origin's fit is refreshed at every sample up to the origin and checked live against "
+            "persistence, and the origin's forecast is persistence's while that check has fallen "
+            "back) and writes series_id,model,h,mae,mase,pinball_p90,coverage_p90 rows."
         ),
     )
     b.add_argument("--data", required=True, help="long CSV (series_id,timestamp,value), .csv or .csv.gz")

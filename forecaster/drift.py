@@ -10,6 +10,13 @@ forecast's origin). Exponentially weighted sums keep each call O(1) in time and 
     guard.observe(actual=41.0, model_forecast=39.5, persistence_forecast=40.2)
     d = guard.decision()          # DriftDecision(drifted, ratio, points, reason)
 
+A refit does not clear a fallback (``handover``): the model that replaces one the check fell
+back from starts in fallback too, with no points of its own, and is served once its own live
+error over ``min_points`` points is below ``recover_ratio`` x persistence's. A scheduled refit
+does not change what the series is doing, and a new model has not yet shown it beats the last
+value live: without the handover every refit served the new model unchecked for at least
+``min_points`` steps, and the backtest's origins (each one a fresh fit) never saw the check.
+
 Why relative to persistence and not to the backtest error: a burst raises every model's
 error, so "live error > k x backtest error" fires on calm models in a busy hour and stays
 silent on a model that loses to the last value all day on a flat series. Falling back to
@@ -77,6 +84,7 @@ class LiveSkill:
         self.persistence_error = 0.0
         self.points = 0
         self.drifted = False
+        self.inherited_from = ""  # the model whose fallback this one started in (handover)
 
     def observe(self, actual: float, model_forecast: float, persistence_forecast: float) -> bool:
         """Score one point; returns whether to fall back now. Non-finite inputs (a gap in the
@@ -97,6 +105,16 @@ class LiveSkill:
                     self.drifted = False
         return self.drifted
 
+    def handover(self, model_name: str, settings: DriftSettings | None = None) -> LiveSkill:
+        """The live check of the model that replaces this one at a refit: no points (the new
+        model is scored on its own forecasts), but a fallback stays in force until the new
+        model's own ratio is below ``recover_ratio`` after ``min_points`` points."""
+        nxt = LiveSkill(settings or self.settings, model_name)
+        if self.drifted:
+            nxt.drifted = True
+            nxt.inherited_from = self.inherited_from or self.model_name
+        return nxt
+
     def ratio(self) -> float | None:
         """Model error / persistence error; inf when persistence is exact and the model is not,
         1.0 when both are exact, None before the first point."""
@@ -109,10 +127,15 @@ class LiveSkill:
     def decision(self) -> DriftDecision:
         r = self.ratio()
         s = self.settings
-        if self.drifted:
+        if self.drifted and self.points < s.min_points:
+            reason = (f"the live check fell back to persistence before the refit ({self.inherited_from} lost to it "
+                      f"at the serving horizon); {self.model_name} is served once its own live error is below "
+                      f"{s.recover_ratio:g}x persistence's over {s.min_points} points ({self.points} scored)")
+        elif self.drifted:
             shown = "inf" if r is not None and math.isinf(r) else f"{r:.2f}"
             reason = (f"live error of {self.model_name} at the serving horizon is {shown}x persistence's "
-                      f"on the same {self.points} points (limit {s.ratio:g}x); using persistence")
+                      f"on the same {self.points} points (limit {s.ratio:g}x); using persistence "
+                      f"until it is below {s.recover_ratio:g}x")
         elif self.points < s.min_points:
             reason = f"live check: {self.points} of {s.min_points} points scored"
         else:

@@ -8,10 +8,16 @@
   the one-step naive forecast on that origin's training part), pinball loss and empirical
   coverage of each quantile;
 - ``auto`` = the per-series selection (``forecaster.selection``) run at every origin on that
-  origin's training data only, so it is judged on forecasts it made before seeing the truth.
+  origin's training data only, so it is judged on forecasts it made before seeing the truth,
+  served as ``foresight train`` serves it (``forecaster.backtest_live``): the fit of the
+  previous origin is refreshed at every sample up to this one and scored live against
+  persistence (and refitted at once when its drift check asks, as the trainer does); when
+  that live check has fallen back, the new fit starts in fallback and the origin's forecast
+  is persistence's.
 
 Every model at an origin is fitted once; its forecasts feed both its own row and ``auto``
-(and the rows of ``BacktestSettings.auto_variants``). The metrics are in
+(and the rows of ``BacktestSettings.auto_variants``, which are the selection's forecasts
+without the live check). The metrics are in
 ``forecaster.backtest_metrics``.
 Global models (LSTM) are trained once per run on each series' data before its first origin.
 """
@@ -19,8 +25,8 @@ Global models (LSTM) are trained once per run on each series' data before its fi
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -90,6 +96,11 @@ class OriginForecasts:
     forecasts: dict[str, tuple[np.ndarray, dict[str, np.ndarray]]]  # model -> (mean, quantiles)
     chosen: str = ""  # what auto picked
     recent: np.ndarray | None = None  # the last points before the origin (for plots)
+    live_fallback: bool = False  # auto served persistence because of the live check
+    # auto at every sample since the previous origin, this one included, as the trainer served
+    # it one step ahead: rows (t, value at t + 1, forecast served at t, value observed at t)
+    steps: np.ndarray | None = None
+    refits: int = 0  # fits the trainer asked for since the previous origin (its drift check)
 
 
 def _fit_predict_all(
@@ -99,8 +110,9 @@ def _fit_predict_all(
     settings: BacktestSettings,
     auto_candidates: Sequence[str] | None,
     timings: dict[str, float] | None = None,
-) -> tuple[dict[str, tuple[np.ndarray, dict]], str, dict[str, float]]:
-    """Fit every model on one origin's training data; forecast; run ``auto`` from the same fits."""
+) -> tuple[dict[str, tuple[np.ndarray, dict]], str, AutoFit | None]:
+    """Fit every model on one origin's training data; forecast; run ``auto`` from the same fits.
+    Returns the forecasts per row, what ``auto`` chose and its fitted model (``AutoFit``)."""
     H, qs = settings.horizon, settings.quantiles
     out: dict[str, tuple[np.ndarray, dict]] = {}
     finite = np.isfinite(y)
@@ -133,9 +145,11 @@ def _fit_predict_all(
             p = m.predict(H, qs)
         out[name] = (p.mean, dict(p.quantiles))
         tm[name] = tm.get(name, 0.0) + time.perf_counter() - t0 + (r.seconds if r is not None else 0.0)
-    chosen, scores = "persistence", {}
+    chosen, auto_fit = "persistence", None
     if auto_candidates is not None:
-        variants = (("auto", settings.selection, None),) + tuple(settings.auto_variants)
+        # auto last: the variants' models may share fitted candidates with it, and auto's model
+        # goes on to be refreshed by the live replay with its own shift and calibration
+        variants = tuple(settings.auto_variants) + (("auto", settings.selection, None),)
         for name, sel, rule in variants:
             t0 = time.perf_counter()
             # a row with its own candidate set (e.g. the default plus the global LSTM) chooses
@@ -144,25 +158,38 @@ def _fit_predict_all(
             sub = [by_name[c] for c in names if c in by_name and by_name[c].model is not None]
             if short or not sub:
                 p = fallback.predict(H, qs)
-            else:
-                p, best, pool = _auto_predict(sub, actual, scale, sel, rule, yc, tsc, H, qs)
                 if name == "auto":
-                    scores, chosen = {r.name: r.score for r in pool}, best.name
+                    auto_fit = AutoFit(fallback, None, np.full(H, np.nan), True)
+            else:
+                p, best, m = _auto_predict(sub, actual, scale, sel, rule, yc, tsc, H, qs)
+                if name == "auto":
+                    chosen, auto_fit = best.name, AutoFit(m, best.score, best.mase_by_h * scale, False)
             out[name] = (p.mean, dict(p.quantiles))
             # a row of auto costs its candidates' fits plus the choice on top
             tm[name] = tm.get(name, 0.0) + time.perf_counter() - t0 + sum(
                 by_name[c].seconds for c in names if c in by_name)
-    return out, chosen, scores
+    return out, chosen, auto_fit
+
+
+@dataclass
+class AutoFit:
+    """What ``auto``'s fit at one origin hands the trainer (``forecaster.backtest_live``)."""
+
+    model: Model
+    score: float | None  # weighted validation MASE (None when the fit fell back)
+    mae_by_h: np.ndarray  # validation MAE per horizon, series units
+    fallback: bool  # the fit itself fell back to persistence (short or flat history)
 
 
 def _auto_predict(sub, actual, scale, sel, rule, yc, tsc, H, qs):
-    """``auto``'s forecast from already-evaluated candidates, as selection serves it."""
-    pool, best = choose(sub, actual, scale, sel, _guard_rule=rule)
+    """``auto``'s forecast from already-evaluated candidates, as selection serves it; also
+    the chosen entry and its fitted model."""
+    _, best = choose(sub, actual, scale, sel, _guard_rule=rule)
     m = build_model(best, sub)  # standalone rows already predicted with its parts
     m.set_bias(best.shift)
     m.calibrate(conformal_offsets(actual - best.means, qs))  # means include the shift
     m.update(yc, tsc)
-    return m.predict(H, qs), best, pool
+    return m.predict(H, qs), best, m
 
 
 def backtest_series(
@@ -177,39 +204,10 @@ def backtest_series(
 ) -> list[OriginForecasts]:
     """Walk forward over one series. ``models`` are names or prototypes (fitted global models
     are passed as prototypes). Returns the forecasts at every origin."""
-    ts = np.asarray(timestamps, dtype="float64")
-    y = np.asarray(values, dtype="float64").copy()
-    y[~np.isfinite(y)] = np.nan
-    season = season_length(ts)
-    protos: dict[str, str | Model] = {}
-    for m in models:
-        protos[m if isinstance(m, str) else m.name] = m
-    cands = None
-    if auto:
-        cands = [c for c in auto_candidates if c in protos]
-        for c in auto_candidates:
-            if c not in protos and c not in GLOBAL_MODELS:
-                protos[c] = c
-                cands.append(c)
-        for c in _all_candidates(settings):  # the candidates of rows with their own set
-            if c not in protos and c not in GLOBAL_MODELS:
-                protos[c] = c
-    train_pts = int(round(settings.train_days * season))
-    out = []
-    for o in origin_indices(len(y), season, settings):
-        lo = max(0, o + 1 - train_pts)
-        tr_y, tr_ts = y[lo : o + 1], ts[lo : o + 1]
-        actual = y[o + 1 : o + 1 + settings.horizon]
-        if not np.isfinite(tr_y).any():
-            continue
-        t0 = time.perf_counter()
-        fc, chosen, _ = _fit_predict_all(tr_y, tr_ts, protos, settings, cands)
-        if timings is not None:
-            timings["fit_predict_seconds"] = timings.get("fit_predict_seconds", 0.0) + time.perf_counter() - t0
-        wanted = set(m if isinstance(m, str) else m.name for m in models) | (
-            {"auto", *(name for name, _, _ in settings.auto_variants)} if auto else set())
-        fc = {k: v for k, v in fc.items() if k in wanted}
-        out.append(OriginForecasts(o, actual, naive_scale(tr_y), fc, chosen))
+    t0 = time.perf_counter()
+    out = _backtest_timed(series_id, timestamps, values, list(models), settings, auto, auto_candidates, {})
+    if timings is not None:
+        timings["fit_predict_seconds"] = timings.get("fit_predict_seconds", 0.0) + time.perf_counter() - t0
     return out
 
 
@@ -330,27 +328,52 @@ def _all_candidates(settings: BacktestSettings) -> list[str]:
 
 
 def _backtest_timed(sid, ts, v, protos, settings, auto, auto_cands, per_model_time):
-    """Like ``backtest_series`` but fits each model in its own timed call; ``auto`` reuses
-    the candidates' fits (its own time is the selection on top)."""
+    """One series' walk: fits each model in its own timed call; ``auto`` reuses the
+    candidates' fits (its own time is the selection on top) and is served through the live
+    replay of the trainer (``forecaster.backtest_live``; its time is ``live_check_replay``)."""
+    from forecaster.backtest_live import LiveReplay
+
     y = np.asarray(v, dtype="float64").copy()
     y[~np.isfinite(y)] = np.nan
     ts = np.asarray(ts, dtype="float64")
     season = season_length(ts)
     by_name = {(p if isinstance(p, str) else p.name): p for p in protos}
     cand_names = [c for c in auto_cands if c in by_name or c != "lstm"]
-    for c in _all_candidates(settings) if auto else ():
+    # auto's candidates (``backtest_series`` may name others than its settings) and those of
+    # the rows with their own set
+    for c in [*cand_names, *_all_candidates(settings)] if auto else ():
         if c in by_name or c not in GLOBAL_MODELS:  # a global model is fitted once, up front
             by_name.setdefault(c, c)
     wanted = [p if isinstance(p, str) else p.name for p in protos]
+    rows = {name for name, _, _ in settings.auto_variants} if auto else set()
     train_pts = int(round(settings.train_days * season))
+    replay = None
+    if auto:
+        globals_ = {n: p for n, p in by_name.items() if isinstance(p, Model)}
+        replay = LiveReplay(sid, cand_names, settings.selection, horizon=settings.horizon, quantiles=settings.quantiles,
+                            train_points=train_pts, prototypes=globals_)
     out = []
     for o in origin_indices(len(y), season, settings):
         lo = max(0, o + 1 - train_pts)
         tr_y, tr_ts = y[lo : o + 1], ts[lo : o + 1]
         if not np.isfinite(tr_y).any():
             continue
-        fc, chosen, _ = _fit_predict_all(tr_y, tr_ts, by_name, settings, cand_names if auto else None, per_model_time)
-        fc = {k: v for k, v in fc.items() if k in wanted or k.startswith("auto")}
+        fc, chosen, auto_fit = _fit_predict_all(tr_y, tr_ts, by_name, settings, cand_names if auto else None, per_model_time)
+        fell_back, steps, refits = False, None, 0
+        if replay is not None and auto_fit is not None:
+            t0 = time.perf_counter()
+            before = replay.refits
+            mean, qs, fell_back = replay.serve(y, ts, int(o), auto_fit.model, auto_fit.score, auto_fit.mae_by_h,
+                                               fallback=auto_fit.fallback)
+            fc["auto"] = (mean, qs)
+            served = replay.take_steps()
+            nxt = served[:, 0].astype(int) + 1
+            truth = np.where(nxt < len(y), y[np.minimum(nxt, len(y) - 1)], np.nan)
+            steps = np.column_stack([served[:, 0], truth, served[:, 1], served[:, 2]])
+            refits = replay.refits - before
+            per_model_time["live_check_replay"] = per_model_time.get("live_check_replay", 0.0) + time.perf_counter() - t0
+        fc = {k: v for k, v in fc.items() if k in wanted or k.startswith("auto") or k in rows}
         out.append(OriginForecasts(o, y[o + 1 : o + 1 + settings.horizon], naive_scale(tr_y), fc, chosen,
-                                   recent=y[max(0, o - 35) : o + 1]))
+                                   recent=y[max(0, o - 35) : o + 1], live_fallback=fell_back, steps=steps,
+                                   refits=refits))
     return out

@@ -20,7 +20,8 @@ shorter than 2 days, when every candidate fails, when a model's forecast is not 
 the live error of the chosen model drifts above ``drift_ratio`` x its backtest error (a regime
 change: a retrain is scheduled at the next step), or while the model's live one-step error
 is above ``live_skill.ratio`` x persistence's on the same points (``forecaster.drift``; the
-model is still scored, and served again once it recovers).
+model is still scored, and served again once it recovers; a refit keeps that fallback until
+the new model's own live error recovers).
 """
 
 from __future__ import annotations
@@ -219,8 +220,7 @@ class Trainer:
         st.skill = LiveSkill(self.live_skill, st.model_name)
         tail = (sel.tail_origins, sel.tail_means) if sel is not None else None
         st.policy = policy_from_model(st.model, vals, capacity_per_pod, self.serving_for(series_id), season_length(ts), chosen_at=now, tail=tail)
-        self._checkpoint(st)  # before it is installed: no refresh is updating it while it pickles
-        self._states[series_id] = st
+        self._install(st)
         log.debug("fit %s -> %s (%s); policy %s", series_id, st.model_name, st.reason, st.policy.reason)
         return st
 
@@ -233,9 +233,19 @@ class Trainer:
         return twin
 
     def adopt(self, state: SeriesState) -> None:
-        """Install a state fitted elsewhere (``fit_item`` on an engine's worker)."""
-        self._checkpoint(state)
-        self._states[state.series_id] = state
+        """Install a state fitted elsewhere (``fit_item`` on an engine's worker, or the backtest's
+        replay of the trainer: ``forecaster.backtest_live``)."""
+        self._install(state)
+
+    def _install(self, st: SeriesState) -> None:
+        """Install a new fit. A refit does not clear a live fallback: when the live check of the
+        state it replaces had fallen back to persistence, the new model starts in fallback and
+        is served once its own live error recovers (``LiveSkill.handover``)."""
+        old = self._states.get(st.series_id)
+        if old is not None and old.skill.drifted and st.status == "ok" and st.model_name != "persistence":
+            st.skill = old.skill.handover(st.model_name, self.live_skill)
+        self._checkpoint(st)  # before it is installed: no refresh is updating it while it pickles
+        self._states[st.series_id] = st
 
     # --- checkpoints (forecaster.checkpoint) ------------------------------------------------
     def _checkpoint(self, st: SeriesState) -> None:

@@ -1,6 +1,7 @@
-"""bench/forecast_accuracy.py's guard comparison in quick mode: the shipped ``auto`` and the two
-benchmark-only rows (no guard, the first guard) from one run, on one half of the tune/holdout
-split that bench/replay_all.py uses."""
+"""bench/forecast_accuracy.py's guard comparison in quick mode: the shipped ``auto`` (with the
+trainer's live check) and the three benchmark-only rows (the shipped guard without the live
+check, no guard, the first guard) from one run, on one half of the tune/holdout split that
+bench/replay_all.py uses."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from bench.replay_all import in_part
 
 from .test_quick import load, run_quick
 
-ROWS = ("auto", "auto_before_guard", "auto_guard_e4b3f37")
+ROWS = ("auto", "auto_no_live_check", "auto_before_guard", "auto_guard_e4b3f37")
 
 
 def test_quick_guard_table_compares_the_three_rows_on_the_tune_half_only(tmp_path):
@@ -31,9 +32,14 @@ def test_quick_guard_table_compares_the_three_rows_on_the_tune_half_only(tmp_pat
             assert math.isfinite(d[f"mase_h{h}_median"]) and d[f"mase_h{h}_median"] > 0, (name, h)
         assert d["h1_ratio_series"] == 2 and d["h1_ratio_max"] > 0
         assert 0 <= d["h1_ratio_share_above_1.1"] <= 1
-    # beyond the guarded steps the rows are the same forecasts from the same fits
+    # beyond the guarded steps the rows without the live check are the same forecasts from the same fits
     for h in (3, 6, 12):
-        assert len({round(table[n][f"mase_h{h}_median"], 9) for n in ROWS}) == 1
+        assert len({round(table[n][f"mase_h{h}_median"], 9) for n in ROWS[1:]}) == 1
+    live = doc["live_check_fallbacks"]
+    assert live["origins"] == 4 and 0 <= live["fallbacks"] <= 4 and len(live["at"]) == live["fallbacks"]
+    if live["fallbacks"] == 0:  # the live check changes auto only where it fell back
+        assert table["auto"] == table["auto_no_live_check"]
+    assert "live check: auto served persistence at" in out
     assert "lead-step guard: median MASE per horizon" in out
     for name in ROWS:
         assert f"  {name} " in out
@@ -52,9 +58,9 @@ def test_quick_guard_grid_scores_every_point_on_the_same_fits_and_the_shipped_po
     assert (shipped.lead_evidence_z, shipped.lead_max_move) in GUARD_GRID  # the default is a point of its grid
     same = table[grid_name(shipped.lead_evidence_z, shipped.lead_max_move)]
     for k in ("mase_h1_median", "mase_h2_median", "mean_mase_median", "h1_ratio_max"):
-        assert same[k] == table["auto"][k], k
+        assert same[k] == table["auto_no_live_check"][k], k  # the grid rows have no live check
     for n in names:  # the grid changes the guarded steps only
-        assert round(table[n]["mase_h6_median"], 9) == round(table["auto"]["mase_h6_median"], 9)
+        assert round(table[n]["mase_h6_median"], 9) == round(table["auto_no_live_check"]["mase_h6_median"], 9)
 
 
 def test_quick_with_lstm_and_prophet_scores_auto_with_them_as_candidates_beside_auto(tmp_path):
@@ -66,7 +72,8 @@ def test_quick_with_lstm_and_prophet_scores_auto_with_them_as_candidates_beside_
                     "--lstm-epochs", "1", "--no-refresh")
     doc = load(tmp_path / "forecast_accuracy.json")
     rows = pd.read_csv(tmp_path / "forecast_accuracy.csv")
-    assert {"auto", WITH_GLOBAL, "lstm", "prophet"} <= set(rows["model"])
+    # the shipped guard without the live check is scored beside the row with the global candidates
+    assert {"auto", "auto_no_live_check", WITH_GLOBAL, "lstm", "prophet"} <= set(rows["model"])
     assert rows[rows.model == WITH_GLOBAL].series_id.nunique() == 2
     d = doc["guard_comparison"][WITH_GLOBAL]
     assert all(math.isfinite(d[f"mase_h{h}_median"]) for h in (1, 2, 3, 6, 12)) and d["h1_ratio_series"] == 2

@@ -91,3 +91,36 @@ def test_bad_settings_name_every_field_at_once():
     msg = str(e.value)
     for field in ("drift.ratio", "drift.min_points", "drift.half_life_points", "drift.tolerance"):
         assert field in msg
+
+
+def test_a_refit_keeps_a_fallback_until_the_new_model_recovers_on_its_own_points():
+    s = DriftSettings(ratio=1.5, recover_ratio=1.1, min_points=12)
+    old = LiveSkill(s, model_name="ar_log")
+    feed(old, [0.0] * 20, [3.0] * 20, [1.0] * 20)
+    assert old.drifted
+    new = old.handover("ets")
+    assert new.drifted and new.points == 0 and new.model_error == 0.0  # none of the old errors
+    d = new.decision()
+    assert d.drifted and d.ratio is None
+    assert "ar_log" in d.reason and "ets is served once" in d.reason and "below 1.1x" in d.reason
+    # a new model between recover_ratio and ratio stays on persistence (hysteresis) ...
+    states = feed(new, [0.0] * 12, [1.3] * 12, [1.0] * 12)
+    assert all(states) and "ets" in new.decision().reason and "until it is below 1.1x" in new.decision().reason
+    # ... and one that beats persistence is served again once it has min_points of its own
+    recovering = old.handover("ets")
+    states = feed(recovering, [0.0] * 12, [0.5] * 12, [1.0] * 12)
+    assert states[:11] == [True] * 11 and not states[11]
+
+
+def test_a_refit_after_no_fallback_starts_clean():
+    old = LiveSkill(DriftSettings(min_points=1), model_name="ar")
+    feed(old, [0.0] * 5, [1.2] * 5, [1.0] * 5)  # worse, but under the limit
+    new = old.handover("ets", DriftSettings(ratio=2.0))
+    assert not new.drifted and new.points == 0 and new.settings.ratio == 2.0 and new.inherited_from == ""
+
+
+def test_a_fallback_handed_over_twice_still_names_the_model_that_lost():
+    old = LiveSkill(DriftSettings(min_points=1), model_name="ar")
+    feed(old, [0.0] * 3, [5.0] * 3, [1.0] * 3)
+    twice = old.handover("ets").handover("ar_log")
+    assert twice.drifted and twice.inherited_from == "ar"

@@ -173,3 +173,49 @@ def test_a_model_that_loses_to_the_last_value_live_is_replaced_by_persistence_un
     assert served[0] == "seasonal_naive" and served[-1] == "persistence"
     assert "persistence's" in fc.reason and fc.status == "fallback"
     assert tr.status("s")["live_error_vs_persistence"] > 1.5
+
+
+def _lose_live(tr, ts, y, points=40):
+    """Refresh while the series sits flat: yesterday's shape is wrong, the last value exact."""
+    level = float(np.nanmedian(y))
+    for _ in range(points):
+        ts = np.append(ts, ts[-1] + 300.0)
+        y = np.append(y, level)
+        fc = tr.refresh("s", ts, y)
+    return ts, y, fc
+
+
+def test_a_refit_keeps_the_live_fallback_until_the_new_model_wins_on_its_own_points(daily_series):
+    ts, y = daily_series
+    tr = Trainer(MemoryForecastStore(), models=("seasonal_naive",), drift_ratio=1e9, retrain_interval_seconds=1e9,
+                 clock=lambda: 0.0)
+    tr.fit("s", ts, y)
+    ts, y, fc = _lose_live(tr, ts, y)
+    assert fc.model == "persistence"
+    tr.fit("s", ts, y)  # the scheduled refit: the new model has not shown it beats the last value
+    fc = tr.refresh("s", ts, y)
+    assert fc.model == "persistence" and fc.status == "fallback"
+    assert "before the refit" in fc.reason and "seasonal_naive is served once" in fc.reason
+    assert tr.status("s")["status"] == "fallback"
+    served = []
+    for _ in range(14):  # the daily shape returns: the model is exact, the last value is not
+        ts = np.append(ts, ts[-1] + 300.0)
+        y = np.append(y, y[-288])
+        served.append(tr.refresh("s", ts, y).model)
+    assert served[:11] == ["persistence"] * 11  # not before min_points of its own
+    assert served[-1] == "seasonal_naive"
+
+
+def test_a_fit_adopted_from_an_engine_keeps_the_fallback_and_a_forgotten_series_starts_clean(daily_series):
+    from forecaster.training import fit_item
+
+    ts, y = daily_series
+    tr = Trainer(MemoryForecastStore(), models=("seasonal_naive",), drift_ratio=1e9, retrain_interval_seconds=1e9,
+                 clock=lambda: 0.0)
+    tr.fit("s", ts, y)
+    ts, y, _ = _lose_live(tr, ts, y)
+    tr.adopt(fit_item(tr.detached(), ("s", ts, y, 0.0, None)))
+    assert tr.refresh("s", ts, y).model == "persistence"
+    tr.forget("s")  # the workload changed: nothing carries over
+    tr.fit("s", ts, y)
+    assert tr.refresh("s", ts, y).model == "seasonal_naive"
