@@ -167,7 +167,8 @@ def history_cores(p: Plan, live_start_unix: float):
 @dataclass
 class Observer:
     """Every POLL_SECONDS: each copy's HPA desired replicas, Deployment replicas and Ready pods,
-    each pod's first Ready sighting, and the predictive copy's latest forecast."""
+    the Observe-mode autoscaler's would-have replicas, each pod's first Ready sighting, and the
+    predictive copy's latest forecast."""
     cp: object
     store: object
     rows: list = field(default_factory=list)
@@ -212,7 +213,9 @@ class Observer:
             if app in ready and ok:
                 ready[app] += 1
                 self.pod_ready.setdefault(p["metadata"]["name"], (app, now))
-        row = {"t": now}
+        observe = (self.cp.admin.json(f"/apis/foresight.dev/v1alpha1/namespaces/{NS}/predictiveautoscalers/{OBSERVED}")
+                   .get("status") or {}).get("observe") or {}
+        row = {"t": now, "observe_would_have": observe.get("wouldHaveReplicas")}
         for n in COPIES:
             row[f"{n}_desired"] = (hpas.get(n, {}).get("status") or {}).get("desiredReplicas")
             row[f"{n}_replicas"] = (deps.get(n, {}).get("spec") or {}).get("replicas")

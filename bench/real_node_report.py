@@ -74,30 +74,27 @@ def summarise(raw: dict) -> dict:
 
 
 def observe_against_act(raw: dict, rows: list[dict]) -> dict | None:
-    """The Observe-mode autoscaler's would-have line (on the reactive copy) against what the
-    predictive copy's HPA set on the same demand: at each of the operator's syncs in the live
-    segment, the would-have replicas beside the predictive HPA's desired replicas polled last."""
-    st = raw.get("observe_status")
-    if not st or not st.get("recent"):
-        return None
+    """The Observe-mode autoscaler's would-have replicas (on the reactive copy) against what the
+    predictive copy's HPA asked for on the same demand, both polled together every POLL_SECONDS
+    over the live segment."""
     live, rise = raw["live_unix"], raw["rise_unix"]
     end = live + raw["plan"].segment.length_s
-    polled = [(r["t"], r.get("predictive_desired")) for r in rows if r.get("predictive_desired") is not None]
-    pairs = []
-    for t, would, _actual in st["recent"]:
-        if live <= t <= end:
-            act = next((d for pt, d in reversed(polled) if pt <= t), None)
-            if act is not None:
-                pairs.append((t, int(would), int(act)))
+    pairs = [(r["t"], int(r["observe_would_have"]), int(r["predictive_desired"])) for r in rows
+             if live <= r["t"] <= end and r.get("observe_would_have") is not None and r.get("predictive_desired") is not None]
     if not pairs:
         return None
     diff = [abs(w - a) for _, w, a in pairs]
-    first = pairs[0][1]
-    raise_t = next((t for t, w, _ in pairs if w > first), None)
-    return {"syncs": len(pairs), "equal_share": round(sum(d == 0 for d in diff) / len(diff), 3),
+
+    def first_raise(k: int):
+        return next((p[0] - rise for p in pairs if p[k] > pairs[0][k]), None)
+
+    st = raw.get("observe_status") or {}
+    return {"polls": len(pairs), "equal_share": round(sum(d == 0 for d in diff) / len(diff), 3),
             "within_one_share": round(sum(d <= 1 for d in diff) / len(diff), 3), "max_abs_difference": max(diff),
             "would_have_replica_minutes": round(_integral_minutes([{"t": t, "w": w} for t, w, _ in pairs], "w", live, end), 2),
-            "first_would_have_raise_after_rise_s": None if raise_t is None else round(raise_t - rise, 1),
+            "predictive_desired_replica_minutes": round(_integral_minutes([{"t": t, "a": a} for t, _, a in pairs], "a", live, end), 2),
+            "first_would_have_raise_after_rise_s": None if first_raise(1) is None else round(first_raise(1), 1),
+            "first_predictive_raise_after_rise_s": None if first_raise(2) is None else round(first_raise(2), 1),
             "under_capacity_minutes": st.get("underCapacityMinutes")}
 
 
@@ -184,7 +181,8 @@ def table(doc: dict) -> str:
     o = doc.get("observe")
     if o:
         lines.append(f"Observe mode on the reactive copy: would-have = the predictive HPA's desired replicas at {o['equal_share']:.0%} "
-                     f"of {o['syncs']} syncs (within one {o['within_one_share']:.0%}, at most {o['max_abs_difference']} apart); "
-                     f"would-have {o['would_have_replica_minutes']:.1f} replica-min, first raise {s(o['first_would_have_raise_after_rise_s'])} s; "
+                     f"of {o['polls']} polls (within one {o['within_one_share']:.0%}, at most {o['max_abs_difference']} apart); "
+                     f"replica-min would-have {o['would_have_replica_minutes']:.1f} vs desired {o['predictive_desired_replica_minutes']:.1f}; "
+                     f"first raise {s(o['first_would_have_raise_after_rise_s'])} s vs {s(o['first_predictive_raise_after_rise_s'])} s; "
                      f"under-capacity minutes {o['under_capacity_minutes']}")
     return "\n".join(lines)

@@ -49,18 +49,20 @@ def test_replica_minutes_are_a_step_integral_and_first_crossings_are_polled_time
     assert _first(rows, "r", lambda v: v > 3) is None
 
 
-def test_the_observe_line_is_compared_with_the_predictive_hpa_at_each_sync_of_the_live_segment():
+def test_the_observe_line_is_compared_with_the_predictive_hpa_at_each_poll_of_the_live_segment():
     from bench.real_node_report import observe_against_act
 
     p = plan(*QUICK)
     live = 1_800_000_000.0
-    rows = [{"t": live + t, "predictive_desired": 1 if t < 400 else 3} for t in range(-60, 1300, 2)]
-    recent = [[live + t, 1 if t < 430 else 3, 1] for t in range(-30, 1300, 15)]  # one sync late, once
-    raw = {"observe_status": {"recent": recent, "underCapacityMinutes": {"wouldHave": 0.5, "actual": 4.0}},
-           "live_unix": live, "rise_unix": live + p.rise_offset_s, "plan": p}
+    rise = live + p.rise_offset_s
+    # the would-have line one poll late at the raise: two polls differ by 2
+    rows = [{"t": live + t, "predictive_desired": 1 if t < 400 else 3, "observe_would_have": 1 if t < 404 else 3}
+            for t in range(-60, 1300, 2)]
+    raw = {"observe_status": {"underCapacityMinutes": {"wouldHave": 0.5, "actual": 4.0}},
+           "live_unix": live, "rise_unix": rise, "plan": p}
     o = observe_against_act(raw, rows)
-    assert o["syncs"] == len([r for r in recent if live <= r[0] <= live + p.segment.length_s])
-    assert o["max_abs_difference"] == 2 and 0.9 < o["equal_share"] < 1.0  # the two syncs between 400 and 430 s differ
-    assert o["first_would_have_raise_after_rise_s"] == 435 - p.rise_offset_s
+    assert o["polls"] == len([r for r in rows if live <= r["t"] <= live + p.segment.length_s])
+    assert o["max_abs_difference"] == 2 and 0.99 < o["equal_share"] < 1.0
+    assert (o["first_predictive_raise_after_rise_s"], o["first_would_have_raise_after_rise_s"]) == (400 - p.rise_offset_s, 404 - p.rise_offset_s)
     assert o["under_capacity_minutes"] == {"wouldHave": 0.5, "actual": 4.0}
-    assert observe_against_act({**raw, "observe_status": None}, rows) is None
+    assert observe_against_act(raw, [{**r, "observe_would_have": None} for r in rows]) is None
