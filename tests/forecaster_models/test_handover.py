@@ -79,10 +79,11 @@ def run(cfg, source, store, start: float, ckpt, iterations: int = 10, sigterm_af
 
 def test_sigterm_stops_the_schedule_and_the_next_trainer_pulls_only_new_samples_and_publishes_the_same(tmp_path):
     cfg, src = config(), Source()
+    before = signal.getsignal(signal.SIGTERM)  # not always SIG_DFL: a library another test imported may have set one
     steps = run(cfg, src, MemoryForecastStore(), T0, tmp_path, sigterm_after=2)
     assert len(steps) == 2  # not 10: the SIGTERM after the second step ended it
     assert (tmp_path / RINGS_FILE).exists()
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler was only there while it ran
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler was only there while it ran
 
     # the successor 5 minutes later: checkpoints and windows from the directory
     later = T0 + 2 * 60.0 + 300.0
