@@ -169,6 +169,8 @@ def _add_claim_routes(app, controller: "Controller", guard: Guard) -> None:
             raise HTTPException(404, str(exc)) from None
         except NotClaimed as exc:
             raise HTTPException(409, str(exc)) from None
+        except ClaimFailed as exc:  # the backend could not release it: still the caller's
+            raise HTTPException(503, str(exc), headers={"Retry-After": "1"}) from None
         if guard.holders is not None:
             guard.holders.forget(pool, cid)
         return {"pool": pool, "container_id": c.id, "state": c.state, "deadline": c.deadline}

@@ -284,6 +284,8 @@ class Claims:
             st.claiming.add(container_id)  # keep claims and the lister off it meanwhile
         try:
             got = self.backend(st.spec).release(st.spec, c, now, deadline)
+        except BackendError as exc:  # the container stays claimed by its claimer, who may retry
+            raise ClaimFailed(f"pool {pool!r}: releasing {container_id!r} failed: {exc}; retry") from exc
         finally:
             with self._lock:
                 st.claiming.discard(container_id)

@@ -173,3 +173,34 @@ def test_each_pod_start_is_learned_once_from_its_ready_condition_and_adopted_pod
         assert fresh.estimate(POD, "kata").observations == 0 and len(fake.pods) == 4  # adopted, not learned
     finally:
         fake.stop()
+
+
+def test_a_cold_started_pod_is_released_after_the_kubelet_updated_its_status(fake, clock):
+    """A cold claim's pod record carries its creation's resourceVersion; the kubelet moves it on
+    (Running, Ready) before the claimer gives it back. The release must not hinge on it (on the
+    real node every such release failed with a 409 and the API answered 500)."""
+    ctl, store, backend = controller(fake, clock, demand=0.0)
+    claim = ctl.claim("web")
+    assert claim.cold_start
+    fake.set_ready("demo", claim.container_id, 3)
+    got = ctl.release("web", claim.container_id)
+    assert got.state == "warm"
+    (pod,) = [p for (_, name), p in fake.pods.items() if name == claim.container_id]
+    assert pod["metadata"]["labels"]["foresight.dev/state"] == "warm"
+
+
+def test_a_release_the_api_server_refuses_leaves_the_pod_claimed_and_says_retry(fake, clock, monkeypatch):
+    from kubernetes.client.exceptions import ApiException
+
+    from warmpool.claims import ClaimFailed
+
+    ctl, store, backend = controller(fake, clock, demand=0.0)
+    claim = ctl.claim("web")
+
+    def refuse(*a, **k):
+        raise ApiException(status=500, reason="etcdserver: request timed out")
+
+    monkeypatch.setattr(backend.api, "patch_namespaced_pod", refuse)
+    with pytest.raises(ClaimFailed, match="releasing .* failed.*retry"):
+        ctl.release("web", claim.container_id)
+    assert ctl.describe()["pools"][0]["claimed"] == 1

@@ -309,8 +309,11 @@ class KubernetesBackend:
         return c
 
     def release(self, pool: PoolSpec, container: Container, now: float, deadline: float) -> Container:
+        # no resourceVersion precondition either: the controller let only the claimer release,
+        # and a cold-started pod's version is its creation's, which the kubelet's status updates
+        # have long moved on from (found on the node: every cold claim's release was a 409)
         pod = self._patch(
-            pool, container, {STATE_LABEL: "warm", WORKLOAD_LABEL: None},
+            pool, container.replace(version=""), {STATE_LABEL: "warm", WORKLOAD_LABEL: None},
             {IDLE_ANN: repr(now), DEADLINE_ANN: repr(deadline), CLAIMED_ANN: "false", LEASE_ANN: None},
         )
         c = self._to_container(pool, pod)
