@@ -13,7 +13,7 @@ polled every 20 ms by its own thread (only the node's pod and Service ranges are
 - the pool's Service: what a client that goes through the ClusterIP sees, once the EndpointSlice
   controller and kube-proxy have caught up with the claim's labels.
 Then the claim is released and the Service checked empty before the next one (a released warm
-pod goes back to the pool; a cold one is deleted). Used by ``bench/real_node.py``.
+pod goes back to the pool; a cold one is deleted at once and waited for). Used by ``bench/real_node.py``.
 """
 
 from __future__ import annotations
@@ -179,8 +179,11 @@ def measure_claims(cp, node, handler: str, kind: str, claims: int) -> dict[str, 
                 r = httpx.post(f"{api.url}/api/v1/pools/{pool}/release", json={"container_id": got["container_id"]}, timeout=60)
                 if r.status_code != 200:
                     raise RuntimeError(f"release in {pool}: {r.status_code} {r.text[:300]}")
-                if kind == "cold":
-                    cp.admin.delete(f"/api/v1/namespaces/{NS}/pods/{got['container_id']}")
+                if kind == "cold":  # gone before the next claim, as the batch bench's pods are: a sandbox still
+                    # terminating (busybox's httpd ignores SIGTERM: 30 s grace) slowed the next gVisor start 3-10x
+                    path = f"/api/v1/namespaces/{NS}/pods/{got['container_id']}"
+                    cp.admin.http.delete(path, params={"gracePeriodSeconds": 0})
+                    _until(f"{got['container_id']} gone", lambda: cp.admin.get(path).status_code == 404, 120)
                 _until(f"{pool}'s Service empty after the release", lambda: not _answers(client, ip), 60)
                 node.check_alive()
     finally:
