@@ -147,6 +147,11 @@ def plot(doc: dict, tl: list[dict], path: Path) -> None:
         ax.step(t, [r[f"{n}_replicas"] for r in tl], where="post", label="replicas (Deployment)")
         ax.step(t, [r[f"{n}_ready"] for r in tl], where="post", label="Ready pods")
         ax.step(t, [r[f"{n}_desired"] for r in tl], where="post", ls=":", label="HPA desired")
+        if n == "reactive" and any(r.get("observe_would_have") not in (None, "") for r in tl):
+            # the Observe-mode PredictiveAutoscaler on this copy: what it would have scaled to
+            ax.step(t, [r["observe_would_have"] if r.get("observe_would_have") not in (None, "") else float("nan") for r in tl],
+                    where="post", color="purple", lw=1.0, label="Observe: would have")
+            ax.legend(fontsize=7, loc="upper left")
         ax.axvline(rise, color="gray", ls="--", lw=0.8)
         ax.set_ylabel("pods")
         ax.set_title(f"{n}: {c['breach_minutes']} SLO-breach min, {c['over_slo_share']:.1%} requests over {doc['slo_ms']:.0f} ms, "
