@@ -180,7 +180,7 @@ def measure_claims(cp, node, handler: str, kind: str, claims: int) -> dict[str, 
                 if r.status_code != 200:
                     raise RuntimeError(f"release in {pool}: {r.status_code} {r.text[:300]}")
                 if kind == "cold":  # gone before the next claim, as the batch bench's pods are: a sandbox still
-                    # terminating (busybox's httpd ignores SIGTERM: 30 s grace) slowed the next gVisor start 3-10x
+                    # terminating (busybox's httpd ignores SIGTERM: 30 s grace); while they did, gVisor starts took 3-10x longer
                     path = f"/api/v1/namespaces/{NS}/pods/{got['container_id']}"
                     cp.admin.http.delete(path, params={"gracePeriodSeconds": 0})
                     _until(f"{got['container_id']} gone", lambda: cp.admin.get(path).status_code == 404, 120)
