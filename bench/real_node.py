@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -265,7 +266,8 @@ def warmpool_main(argv: list[str]) -> int:
     add_quick_args(ap, "3 functions, 4 minutes, the bundled trace slice")
     args = ap.parse_args(argv)
     out = results_dir(args)
-    cp, node = start_cluster(Path(tempfile.mkdtemp(prefix="foresight-real-node-")))
+    work = Path(tempfile.mkdtemp(prefix="foresight-real-node-"))
+    cp, node = start_cluster(work)
     try:
         deploy_coredns(node)
         deploy_prometheus(node)
@@ -273,8 +275,7 @@ def warmpool_main(argv: list[str]) -> int:
         print(f"helm install with the warm pool: every pod Ready in {seconds:.1f} s", flush=True)
         doc = experiment(node, chart.NAMESPACE, args.quick, serverless_dir(args.quick), progress=lambda m: print(m, flush=True))
     finally:
-        errors = node.stop()
-        cp.stop()
+        errors = stop_cluster(cp, node, work)
     doc["load_average"] = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     p = save_json("real_node_warmpool", doc, out)
     print(table(doc), flush=True)
@@ -283,6 +284,16 @@ def warmpool_main(argv: list[str]) -> int:
         print(f"node cleanup left: {errors}", file=sys.stderr)
         return 1
     return 0
+
+
+def stop_cluster(cp, node, work: Path) -> list:
+    """Stop the node and the control plane; remove their directory (containerd's root with the
+    imported images: about 1.5 GB a run) unless the node's clean-up left something to look at."""
+    errors = node.stop()
+    cp.stop()
+    if not errors:
+        shutil.rmtree(work, ignore_errors=True)
+    return errors
 
 
 def chart_main(argv: list[str]) -> int:
@@ -324,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     out = results_dir(args)
     from tests.cluster.node import start_cluster
 
-    cp, node = start_cluster(Path(tempfile.mkdtemp(prefix="foresight-real-node-")))
+    work = Path(tempfile.mkdtemp(prefix="foresight-real-node-"))
+    cp, node = start_cluster(work)
     try:
         cp.ensure_namespace(NS)
         watch = ReadyWatch(cp)
@@ -362,8 +374,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{h:6s} warm claim -> its pod answering p50 is {x:.1%} of a cold busybox pod's create -> first request p50"
                   f" ({to_cold_claim[h]:.1%} of a cold claim's)" + ("  (target <= 10% for crun)" if h == "crun" else ""), flush=True)
     finally:
-        errors = node.stop()
-        cp.stop()
+        errors = stop_cluster(cp, node, work)
     if errors:
         print(f"node cleanup left: {errors}", file=sys.stderr)
         return 1
