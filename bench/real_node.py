@@ -213,7 +213,7 @@ def markdown(doc: dict) -> str:
               "| API answer p50 s |", "|---|---|---|---|---|---|"]
     for h, by_kind in doc.get("claims", {}).items():
         for kind, m in by_kind.items():
-            f, a = m["served"], m.get("pod", m["served"])
+            f, a = m["served"], m["pod"]
             lines.append(f"| {h} | {kind} | {f['pods']} | {a['p50_s']:.2f} / {a['p90_s']:.2f} / {a['p99_s']:.2f} | "
                          f"{f['p50_s']:.2f} / {f['p90_s']:.2f} / {f['p99_s']:.2f} | {m['api']['p50_s']:.3f} |")
     lines += ["", "| image | archive MB | unpacked |", "|---|---|---|"]

@@ -147,9 +147,10 @@ def plot(doc: dict, tl: list[dict], path: Path) -> None:
         ax.step(t, [r[f"{n}_replicas"] for r in tl], where="post", label="replicas (Deployment)")
         ax.step(t, [r[f"{n}_ready"] for r in tl], where="post", label="Ready pods")
         ax.step(t, [r[f"{n}_desired"] for r in tl], where="post", ls=":", label="HPA desired")
-        if n == "reactive" and any(r.get("observe_would_have") not in (None, "") for r in tl):
+        would = [r.get("observe_would_have") for r in tl]
+        if n == "reactive" and any(v not in (None, "") for v in would):
             # the Observe-mode PredictiveAutoscaler on this copy: what it would have scaled to
-            ax.step(t, [r["observe_would_have"] if r.get("observe_would_have") not in (None, "") else float("nan") for r in tl],
+            ax.step(t, [float("nan") if v in (None, "") else v for v in would],
                     where="post", color="purple", lw=1.0, label="Observe: would have")
             ax.legend(fontsize=7, loc="upper left")
         ax.axvline(rise, color="gray", ls="--", lw=0.8)
