@@ -5,8 +5,9 @@ Prometheus per HPA request), at 1,000 / 10,000 / 100,000 workloads, side by side
 Load generator: Debian's wrk on loopback, -t2 -c8, keep-alive, each request for a random
 workload. Two measurements per target and size:
 - throughput: wrk flat out for --seconds;
-- latency at an offered ~1,000 req/s: wrk with a Lua delay() so each of 10 connections
-  sends one request every 10 ms (wrk2-style constant rate is not in Debian's wrk).
+- latency at an offered ~1,000 req/s: wrk with a Lua delay() so each of PACED_CONNECTIONS
+  connections waits 10 ms after each answer before its next request (wrk2-style constant rate is
+  not in Debian's wrk): 12 connections give about 1,000 req/s (wrk's timers fire late by about a millisecond).
 
     .venv/bin/python bench/adapter_load.py            # all sizes, 3 runs each (about 12 minutes)
     .venv/bin/python bench/adapter_load.py --sizes 1000 --seconds 5   # quick look
@@ -22,6 +23,7 @@ import csv
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -38,6 +40,7 @@ from tests import stack  # noqa: E402
 NS = "bench"
 TOKEN = "bench-token"
 PODS_PER_WORKLOAD = 2
+PACED_CONNECTIONS = 12
 EXT = "/apis/external.metrics.k8s.io/v1beta1"
 
 
@@ -238,7 +241,7 @@ def measure(label: str, base_url: str, n: int, prefix: str, suffix: str, auth: s
     run_wrk(base_url, warm, warm_seconds or max(3, int(n / 2500)), 8)
     # The machine is shared: repeat and keep the median run of each kind (all runs saved).
     thrs = [run_wrk_cpu(base_url, flat, seconds, 8, pid) for _ in range(repeat)]
-    lats = [run_wrk_cpu(base_url, paced, seconds, 10, pid) for _ in range(repeat)]
+    lats = [run_wrk_cpu(base_url, paced, seconds, PACED_CONNECTIONS, pid) for _ in range(repeat)]
     for r in thrs + lats:
         if r["rps"] is None or r["p99_ms"] is None:
             raise RuntimeError(f"could not read wrk's output for {label}:\n{r['raw']}")
@@ -300,6 +303,8 @@ def main(argv=None) -> int:
             return 2
     from forecaster.store import RedisForecastStore
 
+    # a stopped run still stops its Redis, adapter and Prometheus (the finally blocks below)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     out = results_dir(args)
     workdir = Path(tempfile.mkdtemp(prefix="foresight-bench-adapter-"))
     (workdir / "redis").mkdir()
@@ -362,7 +367,7 @@ def main(argv=None) -> int:
         "foresight": f"foresight serve, HTTPS (self-signed), bearer token auth, {args.workers} uvicorn workers, Redis store",
         "prometheus": f"Prometheus (Debian), plain HTTP, {PODS_PER_WORKLOAD} pods per workload, instant query "
         f"sum(rate(container_cpu_usage_seconds_total{{namespace=..,pod=~\"NAME-.*\"}}[5m]))",
-        "wrk": f"-t2 -c8 -d{args.seconds}s flat out; paced: -c10 with a 10 ms delay per connection (~1,000 req/s offered)",
+        "wrk": f"-t2 -c8 -d{args.seconds}s flat out; paced: -c{PACED_CONNECTIONS} with a 10 ms delay after each answer (~1,000 req/s)",
         "seconds": args.seconds,
         "repeat": f"{args.repeat} runs of each measurement, median reported (all in runs_*)",
     }
