@@ -14,8 +14,8 @@ simulated clock and the adapter's served-value rule) is given the node's sizes (
 cores per trace unit, min/max replicas, the shipped behaviour for ``reactive`` and
 ``predictive``, Kubernetes' default for ``reactive-default``) and two timings:
 - ``default``: the replay's defaults (pod start-up 60 s lognormal, metric delay 90 s);
-- ``node``: the pod start-up measured on the node (``--startup-s``, default: the app image's
-  create -> Ready p50 from bench/results/real_node.json) and the reactive path's metric delay
+- ``node``: the pod start-up measured on the node (``--startup-s``, default: the run's added
+  pods' create -> Ready p50, else the app image's from bench/results/real_node.json) and the reactive path's metric delay
   read off the run itself (the reactive HPA's first raise after the demand crossed its
   threshold, less half a sync).
 What the replay cannot copy: the node's trainer samples every 60 s (the chart's default) from a
@@ -37,10 +37,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import RESULTS, save_json  # noqa: E402
-from bench.real_node_autoscale import CPU_MS_PER_REQUEST, CPU_OVERHEAD, CPU_REQUEST, MAX_REPLICAS, PEAK_RPS, SERIES  # noqa: E402
+from bench.real_node_autoscale import CORES_PER_RPS, CPU_REQUEST, MAX_REPLICAS, PEAK_RPS, SERIES  # noqa: E402
+from forecaster.timing import TIMING  # noqa: E402
 
 MODES = {"predictive": ("predictive", None), "reactive": ("reactive", 30), "reactive-default": ("reactive", 300)}
-SLO_UTILIZATION = 0.9  # the replay's (forecaster.timing)
+SLO_UTILIZATION = TIMING.slo_utilization  # the replay's
 THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)  # the same yardstick at lower utilizations: where the node's latency breaks
 SYNC_S = 15.0
 
@@ -49,10 +50,6 @@ def _load_timeline(run_json: Path) -> list[dict]:
     path = run_json.with_name(run_json.stem + "_timeline.csv")
     with open(path) as f:
         return [{k: (float(v) if v not in ("", "None") else None) for k, v in r.items()} for r in csv.DictReader(f)]
-
-
-def cores_per_rps() -> float:
-    return CPU_MS_PER_REQUEST / 1000.0 * CPU_OVERHEAD
 
 
 def node_side(doc: dict, rows: list[dict]) -> dict:
@@ -68,7 +65,7 @@ def node_side(doc: dict, rows: list[dict]) -> dict:
             dt = (min(b["t_s"], length) - a["t_s"]) / 60.0
             if dt <= 0 or a.get(f"{n}_ready") is None:
                 continue
-            util = a["demand_rps"] * cores_per_rps() / (max(a[f"{n}_ready"], 1) * CPU_REQUEST)
+            util = a["demand_rps"] * CORES_PER_RPS / (max(a[f"{n}_ready"], 1) * CPU_REQUEST)
             for u in THRESHOLDS:
                 viol[u] += dt * (util > u)
             rep += dt * (a[f"{n}_replicas"] or 0)
@@ -93,7 +90,7 @@ def reactive_delay_s(doc: dict, rows: list[dict]) -> float | None:
     if raise_s is None:
         return None
     raise_t = doc["rise_after_live_start_s"] + raise_s
-    threshold = 0.7 * 1.1 * CPU_REQUEST / cores_per_rps()
+    threshold = 0.7 * 1.1 * CPU_REQUEST / CORES_PER_RPS
     cross = next((r["t_s"] for r in rows if r["t_s"] >= 0 and r["demand_rps"] >= threshold), None)
     return None if cross is None else max(0.0, raise_t - cross - SYNC_S / 2)
 
@@ -114,7 +111,7 @@ def replay_side(doc: dict, startup_s: float, delay_s: float, startup_kind: str) 
 
     start = datetime.fromisoformat(doc["segment_start"].replace("Z", "+00:00"))
     ts, vals, seg_top = trace_rows(start, 60.0, 14.0)
-    k = PEAK_RPS * cores_per_rps() / seg_top  # cores per trace unit: the node's scaling of the segment
+    k = PEAK_RPS * CORES_PER_RPS / seg_top  # cores per trace unit: the node's scaling of the segment
     length = doc["segment_minutes"] * 60.0
     out = {}
     feed = None
@@ -169,6 +166,12 @@ def plot(doc: dict, node: dict, replays: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def run_startup_p50(doc: dict) -> float | None:
+    """The run's own added pods' create -> Ready p50 (every copy), if it recorded them."""
+    added = sorted(v for c in doc["copies"].values() for v in c.get("added_pods_create_to_ready_s", ()))
+    return added[len(added) // 2] if added else None
+
+
 def app_startup_p50(results: Path = RESULTS / "real_node.json") -> float | None:
     """The app image's create -> Ready p50 on the node's default runtime (runc), if measured."""
     try:
@@ -181,13 +184,14 @@ def app_startup_p50(results: Path = RESULTS / "real_node.json") -> float | None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", type=Path, default=RESULTS / "real_node_autoscale_quick.json", help="a bench.real_node autoscale result")
-    ap.add_argument("--startup-s", type=float, help="pod start-up on the node (default: the app image's p50 in bench/results/real_node.json)")
+    ap.add_argument("--startup-s", type=float, help="pod start-up on the node (default: the run's added pods' create -> Ready p50, "
+                    "else the app image's p50 in bench/results/real_node.json)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     doc = json.loads(args.run.read_text())
     rows = _load_timeline(args.run)
     node = node_side(doc, rows)
-    startup = args.startup_s if args.startup_s is not None else app_startup_p50()
+    startup = args.startup_s if args.startup_s is not None else run_startup_p50(doc) or app_startup_p50()
     delay = reactive_delay_s(doc, rows)
     if startup is None or delay is None:
         ap.error(f"no node timing: start-up {startup}, reactive delay {delay} (give --startup-s, or run bench.real_node first)")

@@ -14,7 +14,7 @@ import csv
 import math
 from pathlib import Path
 
-from bench.real_node_autoscale import COPIES, CPU_MS_PER_REQUEST, CPU_OVERHEAD, CPU_REQUEST, PEAK_RPS
+from bench.real_node_autoscale import COPIES, CORES_PER_RPS, CPU_MS_PER_REQUEST, CPU_REQUEST, PEAK_RPS
 
 
 def _first(rows: list[dict], key: str, pred) -> float | None:
@@ -38,7 +38,7 @@ def summarise(raw: dict) -> dict:
     live, rise = raw["live_unix"], raw["rise_unix"]
     end = live + raw["plan"].segment.length_s
     rows = [r for r in raw["rows"] if "error" not in r]
-    need = math.ceil(PEAK_RPS * CPU_MS_PER_REQUEST * CPU_OVERHEAD / 1000 / (0.7 * CPU_REQUEST))
+    need = math.ceil(PEAK_RPS * CORES_PER_RPS / (0.7 * CPU_REQUEST))
     copies = {}
     for n in COPIES:
         minutes, total = per_minute(raw["records"][n], raw["slo_ms"])
@@ -57,6 +57,8 @@ def summarise(raw: dict) -> dict:
             "max_replicas": max((r[f"{n}_replicas"] or 0) for r in rows),
             "first_raise_after_rise_s": rel(raise_t), "first_added_ready_after_rise_s": rel(added_t),
             "peak_pods_ready_after_rise_s": rel(peak_t), "per_minute": minutes,
+            "added_pods_create_to_ready_s": sorted(round(ready - created, 1) for app, ready, created in raw["pod_ready"].values()
+                                                   if app == n and created >= live),
         }
     return {"series": raw["series"], "segment_start": raw["segment_start"], "segment_minutes": raw["segment_minutes"],
             "quick": raw["quick"], "peak_rps_per_copy": PEAK_RPS, "slo_ms": raw["slo_ms"], "breach_share": raw["breach_share"],
@@ -184,6 +186,9 @@ def table(doc: dict) -> str:
     lines.append(f"times relative to the demand's rise ({doc['rise_after_live_start_s']:.0f} s after the live start); "
                  f"SLO {doc['slo_ms']:.0f} ms; first forecast {doc['first_forecast_before_rise_s']:.0f} s before the rise "
                  f"(model {doc['first_forecast']['model']}, served source {doc['first_forecast']['source']})")
+    added = sorted(v for c in doc["copies"].values() for v in c.get("added_pods_create_to_ready_s", ()))
+    if added:
+        lines.append(f"added pods' create -> Ready: p50 {added[len(added) // 2]:.1f} s, {added[0]:.1f}-{added[-1]:.1f} s ({len(added)} pods)")
     o = doc.get("observe")
     if o:
         lines.append(f"Observe mode on the reactive copy: would-have = the predictive HPA's desired replicas at {o['equal_share']:.0%} "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from bench.real_node_autoscale import CPU_MS_PER_REQUEST, CPU_OVERHEAD, PEAK_RPS, QUICK, plan, history_cores
+from bench.real_node_autoscale import CORES_PER_RPS, PEAK_RPS, QUICK, plan, history_cores
 from bench.real_node_report import _first, _integral_minutes
 from tests.cluster.backfill import counter_samples, openmetrics
 
@@ -23,8 +23,7 @@ def test_the_history_continues_the_live_demand_and_repeats_the_rise_a_day_earlie
     p = plan(*QUICK)
     live = 1_800_000_000.0
     cores = history_cores(p, live)
-    per_rps = CPU_MS_PER_REQUEST / 1000 * CPU_OVERHEAD
-    assert math.isclose(cores(live), p.rps(0) * per_rps, rel_tol=1e-6)  # the join
+    assert math.isclose(cores(live), p.rps(0) * CORES_PER_RPS, rel_tol=1e-6)  # the join
     day_before_peak = cores(live - 86400 + p.rise_offset_s + 900)
     day_before_flat = cores(live - 86400)
     assert day_before_peak > 3 * day_before_flat  # the trace's daily rise, a day earlier at the same time
