@@ -211,7 +211,7 @@ def start_scheduler_port(opts: dict[str, Any], host: str, certfile: str | None, 
 
 
 def run(args: argparse.Namespace) -> int:
-    from adapter.server import ENV_OPTIONS, run_config, tune_process, uvicorn_config
+    from adapter.server import ENV_OPTIONS, run_config, tune_serving_process, uvicorn_config
 
     opts = options_from_args(args)
     settings, url = build_settings(opts)  # fail fast on bad config, before any worker starts
@@ -252,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
               f"{' (client certificate required)' if args.scheduler_client_ca else ''}", flush=True)
     try:
         if args.workers == 1:
-            tune_process()
+            tune_serving_process()
             run_config(uvicorn_config(build_app(opts), args.host, args.port, certfile, keyfile, **kw))
         else:
             os.environ[ENV_OPTIONS] = json.dumps(opts)

@@ -125,3 +125,39 @@ def test_entries_nobody_asks_for_are_revalidated_so_a_late_request_never_reads_t
         assert cache.get("shop/web").quantiles["p90"][0] == 9.0 and store.single_reads == 0
     finally:
         cache.stop()
+
+
+def test_the_serving_process_freezes_its_long_lived_objects_and_still_collects_cycles_hourly():
+    import gc
+    import threading
+    import weakref
+
+    from adapter.server import freeze_long_lived
+
+    class Node:
+        pass
+
+    cycle = Node()
+    cycle.self = cycle
+    gone = weakref.ref(cycle)
+    del cycle  # cyclic garbage, frozen below before any collection reaches it
+    gc.disable()
+    stop = threading.Event()
+    t = threading.Thread(target=freeze_long_lived, args=(stop, 0.05, 0.5), daemon=True)
+    try:
+        t.start()
+        deadline = time.time() + 5
+        while gc.get_freeze_count() == 0 and time.time() < deadline:
+            time.sleep(0.01)
+        assert gc.get_freeze_count() > 0
+        gc.collect()
+        assert gone() is not None  # frozen: ordinary collections skip it
+        deadline = time.time() + 5
+        while gone() is not None and time.time() < deadline:
+            time.sleep(0.05)
+        assert gone() is None  # the periodic full collection freed it
+    finally:
+        stop.set()
+        t.join(5)
+        gc.unfreeze()
+        gc.enable()
