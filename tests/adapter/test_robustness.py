@@ -137,14 +137,14 @@ def test_the_serving_process_freezes_its_long_lived_objects_and_still_collects_c
     class Node:
         pass
 
-    cycle = Node()
-    cycle.self = cycle
-    gone = weakref.ref(cycle)
-    del cycle  # cyclic garbage, frozen below before any collection reaches it
-    gc.disable()
+    gc.disable()  # no automatic collection may free the cycle before the freezer freezes it
     stop = threading.Event()
-    t = threading.Thread(target=freeze_long_lived, args=(stop, 0.05, 0.5), daemon=True)
+    t = threading.Thread(target=freeze_long_lived, args=(stop, 0.05, 3.0), daemon=True)
     try:
+        cycle = Node()
+        cycle.self = cycle
+        gone = weakref.ref(cycle)
+        del cycle  # cyclic garbage
         t.start()
         deadline = time.time() + 5
         while gc.get_freeze_count() == 0 and time.time() < deadline:
@@ -152,7 +152,7 @@ def test_the_serving_process_freezes_its_long_lived_objects_and_still_collects_c
         assert gc.get_freeze_count() > 0
         gc.collect()
         assert gone() is not None  # frozen: ordinary collections skip it
-        deadline = time.time() + 5
+        deadline = time.time() + 15
         while gone() is not None and time.time() < deadline:
             time.sleep(0.05)
         assert gone() is None  # the periodic full collection freed it
