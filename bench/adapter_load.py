@@ -23,6 +23,7 @@ import csv
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -361,6 +362,7 @@ def main(argv=None) -> int:
     finally:
         store.close()
         redis.stop()
+    shutil.rmtree(workdir, ignore_errors=True)  # a failed run keeps it: the adapter's and Prometheus' logs
     meta = {
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": f"{os.cpu_count()} cores, shared; load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}",
