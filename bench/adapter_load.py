@@ -24,7 +24,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,7 @@ from urllib.parse import quote
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import add_quick_args, results_dir  # noqa: E402
+from bench.common import add_quick_args, results_dir, stop_on_sigterm  # noqa: E402
 from tests import stack  # noqa: E402
 
 NS = "bench"
@@ -304,8 +303,7 @@ def main(argv=None) -> int:
             return 2
     from forecaster.store import RedisForecastStore
 
-    # a stopped run still stops its Redis, adapter and Prometheus (the finally blocks below)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    stop_on_sigterm()
     out = results_dir(args)
     workdir = Path(tempfile.mkdtemp(prefix="foresight-bench-adapter-"))
     (workdir / "redis").mkdir()

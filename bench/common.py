@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -89,3 +90,12 @@ def cpu_files(quick: bool = False) -> list[Path]:
 
 def serverless_dir(quick: bool = False) -> Path:
     return QUICK_SERVERLESS if quick else data_dir() / "serverless"
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM stops the script as Ctrl-C does (KeyboardInterrupt), so its ``finally`` blocks
+    stop what it started (Redis, Prometheus, adapters, a node)."""
+    def interrupt(signum, frame):  # noqa: ARG001 - the signal handler's signature
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)

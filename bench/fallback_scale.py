@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Callable
 
 from adapter.fallback import DemandReader, DemandUnavailable, Observation
-from bench.common import add_quick_args, results_dir, save_json
+from bench.common import add_quick_args, results_dir, save_json, stop_on_sigterm
 from forecaster.timing import TIMING
 from tests import stack
 
@@ -342,9 +342,8 @@ def main(argv=None) -> int:
         args.sizes, args.interval, args.intervals = "50,200", 3.0, 2
     out = results_dir(args)
     logging.basicConfig(level=logging.ERROR)
-    import signal
-
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))  # finally: stop Prometheus
+    
+    stop_on_sigterm()  # finally: stop Prometheus
     sizes = [int(s) for s in args.sizes.split(",")]
     results = []
     with tempfile.TemporaryDirectory(prefix="foresight-fallback-") as tmp:

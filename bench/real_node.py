@@ -41,7 +41,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -54,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import add_quick_args, results_dir, save_json  # noqa: E402
+from bench.common import add_quick_args, results_dir, save_json, stop_on_sigterm  # noqa: E402
 
 NS = "bench-start"
 PORT = 8080
@@ -235,10 +234,7 @@ def autoscale_main(argv: list[str]) -> int:
         ap.error(f"--minutes {args.minutes:g}: give at least 5 (the rise and the HPAs' answer to it)")
     out = results_dir(args)
 
-    def on_term(signum, frame):  # noqa: ARG001 - stop as on Ctrl-C: the node and control plane are cleaned up
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
+    stop_on_sigterm()  # the node and control plane are cleaned up as on Ctrl-C
     raw = experiment(args.quick, start=args.start, minutes=args.minutes)
     doc = summarise(raw)
     tl = timeline(raw)

@@ -15,8 +15,8 @@ cores per trace unit, min/max replicas, the shipped behaviour for ``reactive`` a
 ``predictive``, Kubernetes' default for ``reactive-default``) and two timings:
 - ``default``: the replay's defaults (pod start-up 60 s lognormal, metric delay 90 s);
 - ``node``: the pod start-up measured on the node (``--startup-s``, default: the run's added
-  pods' create -> Ready p50, else the app image's from bench/results/real_node.json) and the reactive path's metric delay
-  read off the run itself (the reactive HPA's first raise after the demand crossed its
+  pods' create -> Ready p50, else the app image's from bench/results/real_node.json) and the
+  reactive path's metric delay read off the run itself (the reactive HPA's first raise after the demand crossed its
   threshold, less half a sync).
 What the replay cannot copy: the node's trainer samples every 60 s (the chart's default) from a
 history backfilled at 30 s, the replay's every 300 s, the traces' resolution.
@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import RESULTS, save_json  # noqa: E402
 from bench.real_node_autoscale import CORES_PER_RPS, CPU_REQUEST, MAX_REPLICAS, PEAK_RPS, SERIES  # noqa: E402
+from bench.real_node_report import added_pod_starts  # noqa: E402
 from forecaster.timing import TIMING  # noqa: E402
 
 MODES = {"predictive": ("predictive", None), "reactive": ("reactive", 30), "reactive-default": ("reactive", 300)}
@@ -168,7 +169,7 @@ def plot(doc: dict, node: dict, replays: dict, path: Path) -> None:
 
 def run_startup_p50(doc: dict) -> float | None:
     """The run's own added pods' create -> Ready p50 (every copy), if it recorded them."""
-    added = sorted(v for c in doc["copies"].values() for v in c.get("added_pods_create_to_ready_s", ()))
+    added = added_pod_starts(doc)
     return added[len(added) // 2] if added else None
 
 

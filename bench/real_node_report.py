@@ -32,6 +32,11 @@ def _integral_minutes(rows: list[dict], key: str, t0: float, t1: float) -> float
     return total / 60.0
 
 
+def added_pod_starts(doc: dict) -> list[float]:
+    """Create -> Ready of every pod added after the live start, all copies, sorted."""
+    return sorted(v for c in doc["copies"].values() for v in c.get("added_pods_create_to_ready_s", ()))
+
+
 def summarise(raw: dict) -> dict:
     from foresight.loaddriver import summarise as per_minute
 
@@ -186,7 +191,7 @@ def table(doc: dict) -> str:
     lines.append(f"times relative to the demand's rise ({doc['rise_after_live_start_s']:.0f} s after the live start); "
                  f"SLO {doc['slo_ms']:.0f} ms; first forecast {doc['first_forecast_before_rise_s']:.0f} s before the rise "
                  f"(model {doc['first_forecast']['model']}, served source {doc['first_forecast']['source']})")
-    added = sorted(v for c in doc["copies"].values() for v in c.get("added_pods_create_to_ready_s", ()))
+    added = added_pod_starts(doc)
     if added:
         lines.append(f"added pods' create -> Ready: p50 {added[len(added) // 2]:.1f} s, {added[0]:.1f}-{added[-1]:.1f} s ({len(added)} pods)")
     o = doc.get("observe")
