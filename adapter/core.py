@@ -124,14 +124,24 @@ class AdapterCore:
             pods = meta.get("ready_pods", conf.get("ready_pods"))
         return pods, self.cpu_request(series_id, meta.get("cpu_request_cores"))
 
+    def observed_now(self, series_id: str, fc: Forecast | None) -> float | None:
+        """The workload's demand read directly from its source (what a reactive HPA sees now),
+        when a fresh reading is at hand: the floor under forecast ``fc``. None without a demand
+        source or a fresh reading (the forecast's last published sample is the floor then), and
+        without a forecast (the direct path serves the reading as ``observed-direct``)."""
+        if self.observed is None or fc is None:
+            return None
+        obs = self.observed.fresh(series_id)
+        return obs.cores if obs is not None else None
+
     def served(self, metric: str, series_id: str, fc: Forecast | None, now: float) -> ServedValue:
         ms = self.settings.metric
         if metric == METRIC_CORES:
-            return served_cores(fc, now, ms)
+            return served_cores(fc, now, ms, observed=self.observed_now(series_id, fc))
         pods, req = self.capacity(series_id, fc)
         if pods is None:
             raise NoData(f"ready pod count of {series_id} is unknown (meta.ready_pods)")
-        return served_load_ratio(fc, now, pods, req, ms)
+        return served_load_ratio(fc, now, pods, req, ms, observed=self.observed_now(series_id, fc))
 
     def lookup(self, series_id: str) -> tuple[Forecast | None, bool]:
         """(cached forecast, store_down): store_down when the store is out of reach and the

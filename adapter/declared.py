@@ -100,11 +100,12 @@ class DeclaredMetrics:
                                                            .get("ready_pods")))
             cap = meta.get("capacity_per_replica", conf_cap)
             try:
+                fresh = self.core.observed_now(msid, fc)
                 if not ratio:
-                    return served_demand(metric, fc, now, ms)
+                    return served_demand(metric, fc, now, ms, observed=fresh)
                 if pods is None:
                     raise NoData(f"ready pod count of {sid} is unknown (meta.ready_pods)")
-                return served_demand_ratio(metric, fc, now, pods, cap, ms)
+                return served_demand_ratio(metric, fc, now, pods, cap, ms, observed=fresh)
             except NoData as exc:
                 why = str(exc)
         else:

@@ -338,6 +338,18 @@ class ObservedDirect:
                 self._thread.start()
         return self
 
+    def fresh(self, series_id: str) -> Observation | None:
+        """The latest reading if at most two TTLs old, without waiting: the served value's floor
+        while the store is up (the demand a reactive HPA sees now). A reading older than one TTL
+        is asked for again in the background, for the requests that follow."""
+        if not self.reader.knows(series_id):
+            return None
+        hit = self._cache.get(series_id)
+        age = self.clock() - hit[1] if hit is not None else math.inf
+        if age > self.ttl_seconds:
+            self._ask(series_id)
+        return hit[0] if age <= 2 * self.ttl_seconds else None
+
     def get(self, series_id: str, pending: list[Future] | None = None) -> Observation | None:
         """A usable observation, or None (unknown workload, no data, or source down too).
 

@@ -13,7 +13,9 @@ function (``forecaster.leadwindow``) at the same timing (``forecaster.timing``):
 2. served = m x max(predicted, observed floor), with the workload's serving policy (chosen by
    the trainer, published with the forecast: ``forecaster.serving``): which quantile (or a flat
    persistence path) is the prediction, the hold k (the floor is the max of the observed
-   demand now and the last k published samples) and the headroom m >= 1: the policy's one
+   demand now and the last k published samples; observed now is the adapter's direct reading
+   of the workload's demand when it has a fresh one, what a reactive HPA sees, else the last
+   published sample) and the headroom m >= 1: the policy's one
    headroom, or the headroom of the state the forecast's observed samples are in (how far the
    latest sits below their peak, ``forecaster.servingscore.peak_gap``). A bad forecast may delay a
    scale-down, it never causes an under-scale (the floor Crane and PredictKube use as well).
@@ -211,16 +213,21 @@ def served_cores(
     settings: MetricSettings,
     observed: float | None = None,
 ) -> ServedValue:
-    """Predicted CPU demand in cores (``predicted_cpu_cores``, HPA target type AverageValue)."""
+    """Predicted CPU demand in cores (``predicted_cpu_cores``, HPA target type AverageValue).
+
+    ``observed``: the demand read now, directly from the workload's source (the adapter's
+    reading, what a reactive HPA sees; the replay's D(t - delay)). Under a servable forecast
+    (and a series on its fallback) it is the floor in place of the forecast's last published
+    sample; without a forecast it is what is served. A forecast that cannot be served (stale,
+    its samples stopped, its policy refused) falls back to its own published sample, so the
+    reader's degradation path (``observed``, then ``observed-direct``) stays what it was."""
     old = None
-    if observed is not None:
-        obs = _finite_non_negative(observed)
-    else:
-        obs = observed_now(fc)
-        if obs is not None and now - fc.observed[-1][0] > settings.max_observed_age_seconds:
-            old, obs = now - fc.observed[-1][0], None  # an hour-old observation is no better than a stale forecast
+    obs = observed_now(fc)
+    if obs is not None and now - fc.observed[-1][0] > settings.max_observed_age_seconds:
+        old, obs = now - fc.observed[-1][0], None  # an hour-old observation is no better than a stale forecast
+    read = _finite_non_negative(observed) if observed is not None else None
     if fc is None:
-        return _fallback(obs, "no forecast published")
+        return _fallback(read, "no forecast published")
     age = now - fc.generated_at
     if age > settings.max_forecast_age_seconds:
         return _fallback(
@@ -232,11 +239,12 @@ def served_cores(
     source, quantile, m, k, m_fallback, k_fallback, gap, note, refused = _read_once(fc)
     if refused:
         return _fallback(obs, note)
+    obs = read if read is not None else obs
     if fc.status == "fallback":
         return _fallback(obs, f"series is on the fallback ({fc.reason or 'no reason given'}){note}", headroom=m_fallback,
                          held=held_observed(fc, obs, k_fallback), hold=k_fallback)
     if source == "persistence":
-        pred = held_observed(fc, observed_now(fc), k)  # the hold is part of the persistence path
+        pred = held_observed(fc, obs, k)  # the hold is part of the persistence path
         what = f"persistence (last observed {fc.observed[-1][0] if fc.observed else 0:.0f})"
         if pred is None:
             return _fallback(obs, "policy serves persistence but the forecast carries no observation")
@@ -254,8 +262,9 @@ def served_cores(
         base, floored = floor, True
     value = m * base
     reason = f"{what} is {pred:.4g} cores"
+    read = " (read directly now)" if read is not None else ""
     if floored:
-        reason += f", below observed {floor:.4g}: floored at observed" if k <= 1 else \
+        reason += f", below observed {floor:.4g}{read}: floored at observed" if k <= 1 else \
             f", below {floor:.4g}, the max of observed now and the last {k} samples (hold {k}): floored there"
     if gap is not None:
         reason += f"; x{m:g} headroom from the serving policy for demand {gap:.0%} below its recent peak"

@@ -38,7 +38,7 @@ import numpy as np
 
 from forecaster.servingpolicy import MAX_HOLD, POLICY_VERSION, SOURCES, ServingPolicy, _num, _whole
 from forecaster.servingscore import (as_slices, clairvoyant_cost, cross_fitted_offsets, gap_edges, gap_state, held_floor,
-                                     lead_bases, peak_gaps, sync_exposure, violation_minutes, window_means)
+                                     lead_bases, peak_gaps, sync_exposure, sync_observed, violation_minutes, window_means)
 from forecaster.timing import TIMING
 
 __all__ = ["MAX_HOLD", "POLICY_VERSION", "SOURCES", "ServingPolicy", "ServingSettings", "choose_policy", "policy_from_model",
@@ -83,7 +83,7 @@ class ServingSettings:
         one. 1 chooses one headroom for all times.
     """
 
-    violation_cost_pods: float = 150.0
+    violation_cost_pods: float = 300.0
     quantiles: tuple[str, ...] = ("p50", "p90")
     sources: tuple[str, ...] = SOURCES
     headrooms: tuple[float, ...] = DEFAULT_HEADROOMS
@@ -103,7 +103,7 @@ class ServingSettings:
             out.append(f"{path}.{key}: {msg}")
 
         if not _num(self.violation_cost_pods) or self.violation_cost_pods < 0:
-            bad("violation_cost_pods", f"{self.violation_cost_pods!r} must be a number >= 0 (e.g. 150)")
+            bad("violation_cost_pods", f"{self.violation_cost_pods!r} must be a number >= 0 (e.g. 300)")
         if not self.quantiles:
             bad("quantiles", "must list at least one quantile key such as p50")
         for i, q in enumerate(self.quantiles):
@@ -155,12 +155,13 @@ Candidate = tuple[str, str, int, tuple[float, ...], float, float, float]  # sour
 
 def _candidates(slices: np.ndarray, last: np.ndarray, floors: Mapping[int, np.ndarray],
                 bases: Mapping[str, np.ndarray], capacity_per_pod: float, settings: ServingSettings,
-                minutes: float, states: np.ndarray | None = None) -> list[Candidate]:
+                minutes: float, states: np.ndarray | None = None, observed: np.ndarray | None = None) -> list[Candidate]:
     """Every (source, quantile, hold, headroom) with its cost over the scored origins, in the
     order ties are broken: the shortest hold first (the least sticky policy), the model before
     persistence (the forecast is served), the smallest headroom first. ``slices`` (n, J, 2):
     the demand each sync's pods carry; ``bases[q]`` (n, J): the model's prediction at each
-    sync; ``minutes``: one slice's length."""
+    sync; ``observed`` (n, J): the demand the adapter reads at each sync (part of every
+    floor); ``minutes``: one slice's length."""
     unit = settings.target_value * capacity_per_pod
     limit = settings.slo_utilization * capacity_per_pod
     lam = float(settings.violation_cost_pods)
@@ -170,12 +171,19 @@ def _candidates(slices: np.ndarray, last: np.ndarray, floors: Mapping[int, np.nd
     J = slices.shape[1]
     cands: list[Candidate] = []
     for k in sorted(floors):
-        fl = np.fmax(floors[k], last)[:, None]
+        # as forecaster.served applies it: the floor (and the persistence path) is the observed
+        # demand now (the adapter's reading, else the last published sample) with the last k
+        # published samples
+        if observed is None:
+            fl = np.fmax(floors[k], last)[:, None]
+        else:
+            fl = np.fmax(floors[k][:, None], observed) if k > 1 else observed
+        fl = np.broadcast_to(fl, (len(last), J))
         options = []
         if "model" in settings.sources:
             options += [("model", q, np.maximum(bases[q], fl)) for q in settings.quantiles if q in bases]
         if "persistence" in settings.sources:
-            options.append(("persistence", "-", np.repeat(fl, J, axis=1)))
+            options.append(("persistence", "-", fl))
         for src, q, base in options:
             pods = np.maximum(np.ceil(grid[:, None, None] * base[None] / unit - 1e-9), 1.0)  # (m, n, J)
             viol = violation_minutes(slices[None], limit * pods, minutes).sum(axis=2)
@@ -231,6 +239,7 @@ def choose_policy(
     floors: Mapping[int, np.ndarray] | None = None,
     step_minutes: float = 5.0,
     gaps: np.ndarray | None = None,
+    observed: np.ndarray | None = None,
 ) -> ServingPolicy:
     """Pick the cheapest (source, quantile, hold k, m) over past origins.
 
@@ -244,7 +253,9 @@ def choose_policy(
     floors[k][i]: the observed floor of hold k at origin i (max of the last k samples; hold 1
     is ``last``, the only hold without ``floors``);
     capacity_per_pod: demand one pod can carry (CPU request in cores for CPU demand);
-    step_minutes: the sample interval (pods count for it; violations last part of it).
+    step_minutes: the sample interval (pods count for it; violations last part of it);
+    observed[i]: (n, J), the demand the adapter reads directly at each sync
+    (:func:`servingscore.sync_observed`), part of every floor; None: the published samples only.
     """
     slices = as_slices(actual_next)
     J = slices.shape[1]
@@ -258,6 +269,9 @@ def choose_policy(
     ok = np.isfinite(slices).all(axis=(1, 2)) & np.isfinite(last)
     for v in bases.values():
         ok &= np.isfinite(v).all(axis=1)
+    if observed is not None:
+        observed = np.asarray(observed, dtype="float64")
+        ok &= np.isfinite(observed).all(axis=1)
     n = int(ok.sum())
     if n < 12 or not capacity_per_pod > 0:
         why = f"only {n} scored intervals (< 12)" if n < 12 else "no capacity per pod known"
@@ -271,7 +285,7 @@ def choose_policy(
         states = gap_state(g, edges)
     minutes = float(step_minutes) / J
     cands = _candidates(slices[ok], last[ok], {k: floors[k][ok] for k in holds}, {q: v[ok] for q, v in bases.items()},
-                        capacity_per_pod, settings, minutes, states)
+                        capacity_per_pod, settings, minutes, states, None if observed is None else observed[ok])
     order = {c: i for i, c in enumerate(cands)}
     persist = [c for c in cands if c[0] == "persistence"]
     fb = min(persist, key=lambda c: (c[4], sum(c[3]), order[c])) if persist else None
@@ -344,4 +358,5 @@ def policy_from_model(
     bases = {q: lead_bases(raw[origins], v, step, TIMING) for q, v in firsts.items()}
     return choose_policy(sync_exposure(raw, origins, step, TIMING), raw[origins], bases, float(capacity_per_pod), settings,
                          chosen_at, floors, step_minutes=step / 60.0,
-                         gaps=peak_gaps(raw, origins) if settings.peak_gap_states > 1 else None)
+                         gaps=peak_gaps(raw, origins) if settings.peak_gap_states > 1 else None,
+                         observed=sync_observed(raw, origins, step, TIMING))

@@ -15,7 +15,7 @@ import numpy as np
 from forecaster.leadwindow import window_max
 from forecaster.timing import TIMING, ServingTiming
 
-__all__ = ["OBSERVED_POINTS", "as_slices", "clairvoyant_cost", "lead_bases", "sync_exposure", "sync_offsets", "cross_fitted_offsets", "exposure", "gap_edges", "gap_state", "held_floor", "peak_gap", "peak_gaps",
+__all__ = ["OBSERVED_POINTS", "as_slices", "clairvoyant_cost", "lead_bases", "sync_exposure", "sync_observed", "sync_offsets", "cross_fitted_offsets", "exposure", "gap_edges", "gap_state", "held_floor", "peak_gap", "peak_gaps",
            "violation_minutes", "window_means"]
 
 
@@ -130,6 +130,14 @@ def sync_exposure(raw: np.ndarray, origins: np.ndarray, step_seconds: float, tim
     a = sync_offsets(step_seconds, timing) + float(timing.pod_startup_seconds)
     b = a + float(timing.hpa_sync_seconds)
     return np.stack([_demand_at(raw, origins, a, step_seconds), _demand_at(raw, origins, b, step_seconds)], axis=2)
+
+
+def sync_observed(raw: np.ndarray, origins: np.ndarray, step_seconds: float, timing: ServingTiming = TIMING) -> np.ndarray:
+    """(n, J): the observed demand the adapter reads directly at each sync of
+    :func:`sync_offsets` (its floor: the demand a metric delay before the sync, as a reactive
+    HPA's CPU metric reads it), demand linear between samples."""
+    x = sync_offsets(step_seconds, timing) - float(timing.metric_delay_seconds)
+    return _demand_at(np.asarray(raw, dtype="float64"), np.asarray(origins, dtype=int), x, step_seconds)
 
 
 def lead_bases(last: np.ndarray, first_points: np.ndarray, step_seconds: float, timing: ServingTiming = TIMING) -> np.ndarray:

@@ -17,9 +17,11 @@ The simulated world (the settings of the published replay protocol the benchmark
                    one step at s + delay for every 5-minute sample s, from the samples up to s
                    only: retrain when due, serving-policy choice, refresh, drift fallback);
                    it serves only what the adapter holds (:func:`served_as_deployed`): the
-                   forecast's own published samples as its floor, and the ready pods of this
-                   sync (what the HPA counts and the adapter's pod watch reports); the CPU
-                   metric beside it reads D(t - delay) like the reactive HPA;
+                   forecast as of the trainer's last refresh, the observed floor the adapter
+                   reads directly from the workload's demand query every 15 s (D(t - delay), what
+                   the reactive HPA's metric reads too), and the ready pods of this sync (what
+                   the HPA counts and the adapter's pod watch reports); the CPU metric beside it
+                   reads D(t - delay) like the reactive HPA;
   oracle           External Value target on max(true max of D over [t, t + lead], D(t - delay)).
 - Measured at every sync, after the HPA acted: SLO violation when D / ready capacity > 0.9;
   under-provisioned core-minutes = integral of max(0, D - 0.9 * ready capacity); replica-
@@ -240,14 +242,16 @@ def _measure(world: World, cfg: ReplayConfig, ready: np.ndarray, replicas: np.nd
     return slo, under, float(replicas.sum() * step_min)
 
 
-def served_as_deployed(fc, now: float, ready_pods: int, request: float, settings):
+def served_as_deployed(fc, now: float, ready_pods: int, request: float, settings, observed: float | None):
     """What the adapter serves at ``now`` (``adapter.core.AdapterCore.served``), from what it
-    holds then and nothing more: the forecast as of the trainer's last refresh, with the
-    observed samples that refresh published as its floor (not the demand of the moment), over
-    the ready pods the HPA counts at this sync (what the adapter's pod watch reports)."""
+    holds then and nothing more: the forecast as of the trainer's last refresh; ``observed``,
+    its direct reading of the workload's demand (``adapter.fallback.ObservedDirect.fresh``:
+    the demand query read every 15 s, as old as a reactive HPA's CPU metric; None without a
+    demand source, when the published samples are the floor); over the ready pods the HPA
+    counts at this sync (what the adapter's pod watch reports)."""
     from forecaster.served import served_load_ratio
 
-    return served_load_ratio(fc, now, ready_pods, request, settings)
+    return served_load_ratio(fc, now, ready_pods, request, settings, observed=observed)
 
 
 def run_mode(world: World, mode: str, cfg: ReplayConfig, feed: ProductionFeed | None = None) -> ModeResult:
@@ -314,7 +318,7 @@ def run_mode(world: World, mode: str, cfg: ReplayConfig, feed: ProductionFeed | 
             # Resource CPU metric at the same target; the HPA takes the larger proposal
             props = [resource_utilization_proposal(spec, S, milli(obs), ready, req_milli, target_pct, unready_pods=len(pending))]
             try:
-                sv = served_as_deployed(feed.at(float(t)), float(t), ready, request, settings)
+                sv = served_as_deployed(feed.at(float(t)), float(t), ready, request, settings, obs)
                 props.append(external_value_proposal(spec, S, [sv.value], target, ready))
                 sources[sv.source] = sources.get(sv.source, 0) + 1
             except NoData:

@@ -190,7 +190,8 @@ def test_the_adapter_applies_the_published_policy():
     assert served_cores(_fc(None), T0, S).value == pytest.approx(12.0)  # no policy: p90 as before
     assert served_cores(_fc(_pol(quantile="p50", headroom=1.5)), T0, S).value == pytest.approx(15.0)
     sv = served_cores(_fc(_pol(source="persistence", headroom=1.2)), T0, S, observed=9.0)
-    assert sv.value == pytest.approx(12.0) and sv.headroom == 1.2  # 1.2 x max(last 10, observed 9)
+    assert sv.value == pytest.approx(10.8) and sv.headroom == 1.2  # 1.2 x the demand read now (9), not the last sample 10
+    assert served_cores(_fc(_pol(source="persistence", headroom=1.2)), T0, S).value == pytest.approx(12.0)  # no reading
     fb = served_cores(_fc(_pol(headroom=1.5, fallback_headroom=1.3), status="fallback"), T0, S, observed=10.0)
     assert fb.source == "observed" and fb.value == pytest.approx(13.0)
     stale = served_cores(_fc(_pol(headroom=1.5), generated=T0 - 3600), T0, S, observed=10.0)
@@ -257,10 +258,11 @@ def test_the_adapter_floors_at_the_max_of_the_last_k_published_samples():
                        model="ar", generated_at=T0, observed=obs, status="fallback",
                        policy=_pol(fallback_hold=2, fallback_headroom=1.2))
     assert served_cores(fb, T0, S, observed=3.5).value == pytest.approx(1.2 * 9.0)
-    # a stale forecast's tail is no floor: plain observed, as a reactive HPA
+    # a stale forecast's tail is no floor: its last sample, plain, as a reactive HPA (the adapter's
+    # degradation ladder: observed, then observed-direct once the sample is too old)
     old = make_forecast("a/b", origin=T0 - 400, step_seconds=300, mean=[4.0] * 12, quantiles={"p90": [5.0] * 12},
                         model="ar", generated_at=T0 - 3600, observed=obs, policy=_pol(hold=3))
-    assert served_cores(old, T0, S, observed=3.5).value == pytest.approx(3.5)
+    assert served_cores(old, T0, S, observed=3.5).value == pytest.approx(3.0)
 
 
 def test_policies_of_version_1_read_as_hold_1_and_bad_holds_are_refused():
@@ -429,5 +431,6 @@ def test_a_fresh_forecast_from_samples_that_stopped_is_not_served_without_its_fl
                        model="ar", generated_at=T0, observed=((T0 - S.max_observed_age_seconds - 60, 10.0),))
     with pytest.raises(NoData, match="stopped delivering"):  # the HPA keeps its CPU metric; nothing below 10 is served
         served_cores(fc, T0, S)
-    sv = served_cores(fc, T0, S, observed=10.0)  # observed read directly from the source: floored as usual
-    assert sv.value >= 10.0
+    # nor with a direct reading at hand: the adapter serves that reading itself (observed-direct)
+    with pytest.raises(NoData, match="stopped delivering"):
+        served_cores(fc, T0, S, observed=10.0)

@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from forecaster.served import MetricSettings, predicted_demand
+from forecaster.served import MetricSettings, predicted_demand, served_cores
 from forecaster.serving import ServingSettings, choose_policy
-from forecaster.servingscore import lead_bases, sync_exposure, sync_offsets
+from forecaster.servingscore import lead_bases, sync_exposure, sync_observed, sync_offsets
 from forecaster.store import make_forecast
 from forecaster.timing import TIMING
 
@@ -93,3 +93,60 @@ def test_the_adapters_one_forecast_path_gives_the_same_floats_as_the_choosers_ve
         tail = x[-PEAK_SAMPLES:][np.isfinite(x[-PEAK_SAMPLES:])]
         want = float(min(1.0, max(0.0, 1.0 - tail[-1] / tail.max()))) if len(tail) and tail.max() > 0 else 0.0
         assert peak_gap(x) == peak_gap(list(x)) == peak_gap([None if math.isnan(v) else v for v in x]) == want
+
+
+def test_each_sync_floors_at_the_demand_the_adapter_reads_then():
+    # the adapter's direct reading is a metric delay old, as a reactive HPA's CPU metric is:
+    # at a sync 90 + 15 j s after the sample it reads the demand 15 j s after it
+    raw = np.array([10.0, 20.0, 40.0])
+    read = sync_observed(raw, np.array([0, 1]), 300.0)
+    assert read[0].tolist() == pytest.approx([10.0 + 10.0 * 15.0 * j / 300.0 for j in range(20)])
+    assert read[1].tolist() == pytest.approx([20.0 + 20.0 * 15.0 * j / 300.0 for j in range(20)])
+
+
+def test_the_chooser_floors_each_sync_where_the_adapter_does():
+    # a forecast far below demand: every sync serves the floor. With the adapter's reading the
+    # floor climbs with the demand through the interval; on the published sample alone it would
+    # stay at the sample until the next one, and every sync of a rise would be short of pods
+    n = 300
+    raw = 0.7 * (1.0 + 3.0 * (np.arange(n) % 10))
+    o = np.arange(n - 2)
+    low = np.full(len(o), 0.1)
+    settings = ServingSettings(quantiles=("p50",), sources=("model",), headrooms=(1.0,), peak_gap_states=1)
+    bases = {"p50": lead_bases(raw[o], low, 300.0)}
+    read = sync_observed(raw, o, 300.0)
+    with_reading = choose_policy(sync_exposure(raw, o, 300.0), raw[o], bases, 1.0, settings, observed=read)
+    published = choose_policy(sync_exposure(raw, o, 300.0), raw[o], bases, 1.0, settings)
+    assert with_reading.costs["p50"] < published.costs["p50"]
+    # and what it scores is what forecaster.served serves with that reading
+    fc = make_forecast("shop/checkout", origin=T0, step_seconds=300.0, mean=[0.1, 0.1], quantiles={"p50": [0.1, 0.1]},
+                       model="ets", generated_at=T0 + 90, observed=((T0, float(raw[0])),))
+    for j, tau in enumerate(sync_offsets(300.0)):
+        sv = served_cores(fc, T0 + tau, MetricSettings(quantile="p50"), observed=float(read[0, j]))
+        assert sv.value == pytest.approx(max(read[0, j], bases["p50"][0, j]))
+
+
+def test_a_forecast_that_cannot_be_served_is_not_floored_at_the_reading():
+    # its samples stopped: no value from the forecast path (the adapter serves its reading
+    # directly then, as observed-direct); a stale one serves its own last sample
+    from forecaster.served import NoData
+
+    fc = make_forecast("shop/checkout", origin=T0, step_seconds=300.0, mean=[50.0] * 12, quantiles={"p90": [50.0] * 12},
+                       model="ets", generated_at=T0 + 2000, observed=((T0, 10.0),))
+    with pytest.raises(NoData, match="stopped delivering"):
+        served_cores(fc, T0 + 2000, MetricSettings(), observed=12.0)
+    stale = make_forecast("shop/checkout", origin=T0, step_seconds=300.0, mean=[50.0] * 12, quantiles={"p90": [50.0] * 12},
+                          model="ets", generated_at=T0, observed=((T0, 10.0),))
+    sv = served_cores(stale, T0 + 600, MetricSettings(), observed=12.0)
+    assert sv.source == "observed" and sv.value == 10.0 and "stale" in sv.reason
+
+
+def test_persistence_and_the_fallback_serve_the_reading_with_their_headroom():
+    policy = {"version": 3, "source": "persistence", "quantile": "p90", "headroom": 1.2, "fallback_headroom": 1.5}
+    fc = make_forecast("shop/checkout", origin=T0, step_seconds=300.0, mean=[50.0] * 12, quantiles={"p90": [50.0] * 12},
+                       model="ets", generated_at=T0 + 90, observed=((T0, 10.0),), policy=policy)
+    assert served_cores(fc, T0 + 120, MetricSettings(), observed=8.0).value == pytest.approx(1.2 * 8.0)
+    drifted = make_forecast("shop/checkout", origin=T0, step_seconds=300.0, mean=[50.0] * 12, quantiles={"p90": [50.0] * 12},
+                            model="ets", generated_at=T0 + 90, observed=((T0, 10.0),), policy=policy, status="fallback")
+    assert served_cores(drifted, T0 + 120, MetricSettings(), observed=8.0).value == pytest.approx(1.5 * 8.0)
+    assert served_cores(drifted, T0 + 120, MetricSettings()).value == pytest.approx(1.5 * 10.0)

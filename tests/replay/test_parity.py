@@ -1,6 +1,7 @@
 """Measured as shipped: the same history through `foresight train` (real Prometheus, real
 Redis) and through the replay's pipeline publishes identical forecasts and serves identical
-values at the same instants."""
+values at the same instants, each side from its own inputs: the adapter reads its observed
+floor from Prometheus (its direct demand reading), the replay from its world's D(t - delay)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 import yaml
 
 from adapter.core import AdapterCore
+from adapter.fallback import ObservedDirect, PrometheusDemandReader
 from forecaster.served import MetricSettings
 from adapter.settings import AdapterSettings
 from forecaster.config import TrainingConfig, load_config
@@ -23,6 +25,7 @@ SID = "azurev1-618849"
 DAYS = 3
 STEP = 300.0
 DELAY = 90.0
+SYNC = 15.0
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +38,22 @@ def backfilled(trace_slice, prometheus_factory):
     assert np.isfinite(v).all()  # a gap would be bridged by Prometheus' lookback, not by us
     ts = 1_790_000_100 - STEP * np.arange(len(v))[::-1]
     ts = ts - ts % STEP
-    prom = prometheus_factory({"foresight_parity_cpu": [({"workload": "w"}, list(zip(ts.tolist(), v.tolist())))]})
+    # the demand every SYNC seconds, linear between the samples (the replay's D): the trainer's
+    # 300-s range query reads the samples themselves, the adapter's instant reads D between them
+    fine = np.arange(ts[0], ts[-1] + 1, SYNC)
+    prom = prometheus_factory({"foresight_parity_cpu": [({"workload": "w"}, list(zip(fine.tolist(), np.interp(fine, ts, v).tolist())))]})
     return prom, ts, v
+
+
+class _ReadAt:
+    """The Prometheus source read as of ``at`` (the simulated clock): the adapter's direct
+    demand reading is ``DELAY`` old, as the metric pipeline's is in the replay."""
+
+    def __init__(self, source):
+        self.source, self.at = source, 0.0
+
+    def instant(self, query, time_s=None):
+        return self.source.instant(query, time_s=self.at - DELAY)
 
 
 def _config(tmp_path, prom_url, redis_url):
@@ -75,11 +92,15 @@ def test_train_on_prometheus_and_redis_and_the_replay_publish_and_serve_the_same
     feed = ProductionFeed("shop/w", ts, v, delay_seconds=DELAY, start=start, end=start + 20 * STEP,
                           capacity_per_pod=1.0, pipeline=pipeline, step_seconds=STEP)
     settings = MetricSettings()
+    reading = _ReadAt(source)
+    clock = lambda: reading.at  # noqa: E731
+    observed = ObservedDirect(PrometheusDemandReader(reading, config.series(), clock=clock), clock=clock, wait_seconds=10,
+                              max_age_seconds=15)  # get() waits for a new reading at every instant
     adapter = AdapterCore(AdapterSettings(metric=settings, workload_capacity={"shop/w": {"ready_pods": 4, "cpu_request_cores": 1.0}}),
-                          store)
+                          store, observed=observed)
     instants = feed.publish_times()
     assert len(instants) >= 20
-    served = []
+    served, floors = [], []
     try:
         for now in instants[:20]:  # 100 minutes: a retrain (hourly here) and many refreshes
             out = train_once(config, source, store, now=float(now), trainer=trainer)
@@ -88,16 +109,23 @@ def test_train_on_prometheus_and_redis_and_the_replay_publish_and_serve_the_same
             replayed = feed.at(float(now))
             _same(live, replayed)
             for dt in (0.0, 60.0, 240.0):  # HPA syncs while this forecast is the latest
-                t = float(now + dt)
-                # each side from its own inputs: the adapter from the forecast it read from Redis
-                # and the workload's configured capacity, the replay from its feed and its pods
+                t = reading.at = float(now + dt)
+                # each side from its own inputs: the adapter from the forecast it read from Redis,
+                # its own reading of the demand from Prometheus (taken by its reader thread,
+                # waited for here) and the workload's configured capacity; the replay from its
+                # feed, its world's D(t - delay) and its pods
+                assert observed.get("shop/w") is not None
                 a = adapter.served("predicted_cpu_load_ratio", "shop/w", live, t)
-                b = served_as_deployed(replayed, t, 4, 1.0, settings)
-                assert (a.value, a.source, a.headroom) == (b.value, b.source, b.headroom)
-                assert a.observed == float(live.observed[-1][1])  # the floor is the published sample
+                d = float(np.interp(t - DELAY, ts, v))
+                b = served_as_deployed(replayed, t, 4, 1.0, settings, d)
+                assert a.observed == pytest.approx(d, rel=1e-9)  # the floor is the direct reading
+                assert (a.source, a.headroom) == (b.source, b.headroom) and a.value == pytest.approx(b.value, rel=1e-9)
                 served.append(a.value)
+                floors.append(a.observed != float(live.observed[-1][1]))
     finally:
+        observed.close()
         store.close()
+    assert sum(floors) >= 20  # between samples the reading is not the published sample: the floor is the adapter's own
     assert feed.fits >= 2  # the hourly retrain happened inside the window, in both
     assert len(set(np.round(served, 6))) > 5  # the values moved: the comparison has teeth
 
