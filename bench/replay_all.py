@@ -53,9 +53,9 @@ def _pipeline(training: dict | None = None, serving: dict | None = None):
 MAIN_VARIANTS = {
     "ours": ("predictive", {}, {}),
 }
-COST_VARIANTS = {  # serving.violation_cost_pods, the one documented knob of the policy (default 150)
-    "ours cost 88": ("predictive", {}, {"violation_cost_pods": 88.0}),
-    "ours cost 300": ("predictive", {}, {"violation_cost_pods": 300.0}),
+COST_VARIANTS = {  # serving.violation_cost_pods, the one documented knob of the policy (default 300)
+    "ours cost 150": ("predictive", {}, {"violation_cost_pods": 150.0}),
+    "ours cost 600": ("predictive", {}, {"violation_cost_pods": 600.0}),
 }
 MARGIN_VARIANTS = {  # serving.model_margin: the share of persistence's avoidable cost the model must save
     "ours margin 0.3": ("predictive", {}, {"model_margin": 0.3}),

@@ -23,7 +23,7 @@ training:
   engine: local                       # or ray: the per-series fits run as Ray tasks (manifests/ray/)
   ray_address: ray://foresight-ray-head-svc.foresight:10001   # with engine: ray (default $RAY_ADDRESS)
 serving:                              # optional: how each workload's serving policy is chosen
-  violation_cost_pods: 150            # one minute of SLO violation is worth this many pod-minutes
+  violation_cost_pods: 300            # one minute of SLO violation is worth this many pod-minutes
   quantiles: [p50, p90]               # published quantiles the policy may serve
   sources: [model, persistence]
   headrooms: [1.0, 1.1, 1.2, 1.5, 2.0]  # candidate multipliers (>= 1 unless allow_below_observed)
