@@ -75,9 +75,10 @@ def register(subparsers) -> None:
     p.add_argument("--cache-ttl", type=float, default=2.0, help="per-process cache TTL over the store (2 s)")
     p.add_argument("--cache-max-stale", type=float, default=30.0,
                    help="with the store down, serve cached forecasts this long, then 503 (30 s)")
-    p.add_argument("--observed-direct-ttl", type=float, default=15.0,
-                   help="with the store down, observed demand is read from the config's Prometheus with each "
-                   "workload's demand query and reused this long (15 s)")
+    p.add_argument("--observed-direct-ttl", type=float, default=TIMING.observed_read_seconds,
+                   help="observed demand is read from the config's Prometheus with each workload's demand query "
+                   f"and reused this long ({TIMING.observed_read_seconds:g} s): the served floor, and what is "
+                   "served with the store down")
     p.add_argument("--no-observed-direct", action="store_true",
                    help="never read Prometheus: a store outage becomes a 503 once the cache is too old")
     p.add_argument("--access-log", action="store_true", help="log every request")

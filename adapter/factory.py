@@ -79,7 +79,8 @@ def build_demand(opts: dict[str, Any]):
     cfg = load_config(opts["config"])
     if cfg.source.url.startswith(("csv://", "file://")):
         return None, None  # a file holds no live demand
-    od = ObservedDirectSettings(ttl_seconds=float(opts.get("observed_direct_ttl_seconds", 15.0)))
+    od = ObservedDirectSettings(**({"ttl_seconds": float(opts["observed_direct_ttl_seconds"])}
+                                   if opts.get("observed_direct_ttl_seconds") is not None else {}))
     from forecaster.sources.prometheus import PrometheusSource
 
     src = PrometheusSource(

@@ -34,6 +34,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Protocol
 
+from forecaster.timing import TIMING
+
 log = logging.getLogger("foresight.adapter.fallback")
 
 
@@ -227,7 +229,7 @@ class ObservedDirect:
         self,
         reader: DemandReader,
         *,
-        ttl_seconds: float = 15.0,
+        ttl_seconds: float = TIMING.observed_read_seconds,
         wait_seconds: float = 1.0,
         max_age_seconds: float = 120.0,
         clock: Callable[[], float] = time.monotonic,

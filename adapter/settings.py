@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from forecaster.served import MetricSettings
+from forecaster.timing import TIMING
 
 METRIC_LOAD_RATIO = "predicted_cpu_load_ratio"
 METRIC_CORES = "predicted_cpu_cores"
@@ -30,7 +31,8 @@ class CacheSettings:
 
 @dataclass(frozen=True)
 class ObservedDirectSettings:
-    """Observed demand read straight from Prometheus while the store is out of reach.
+    """Observed demand read straight from Prometheus: the served floor, and what is served while
+    the store is out of reach.
 
     ttl_seconds: a reading is reused this long (one query per workload per TTL, never one
       per request); older ones are re-read in the background while still being served.
@@ -39,7 +41,7 @@ class ObservedDirectSettings:
     timeout_seconds: per query to Prometheus (no retries: the next request retries).
     """
 
-    ttl_seconds: float = 15.0
+    ttl_seconds: float = TIMING.observed_read_seconds
     wait_seconds: float = 1.0
     max_age_seconds: float = 120.0
     timeout_seconds: float = 3.0

@@ -134,10 +134,13 @@ def sync_exposure(raw: np.ndarray, origins: np.ndarray, step_seconds: float, tim
 
 def sync_observed(raw: np.ndarray, origins: np.ndarray, step_seconds: float, timing: ServingTiming = TIMING) -> np.ndarray:
     """(n, J): the observed demand the adapter reads directly at each sync of
-    :func:`sync_offsets` (its floor: the demand a metric delay before the sync, as a reactive
-    HPA's CPU metric reads it), demand linear between samples."""
-    x = sync_offsets(step_seconds, timing) - float(timing.metric_delay_seconds)
-    return _demand_at(np.asarray(raw, dtype="float64"), np.asarray(origins, dtype=int), x, step_seconds)
+    :func:`sync_offsets` (its floor): the demand a metric delay before the sync, as a reactive
+    HPA's CPU metric reads it, and one re-read interval older (the reading may be that old),
+    linear between samples; before the first sample, the first."""
+    x = sync_offsets(step_seconds, timing) - float(timing.metric_delay_seconds) - float(timing.observed_read_seconds)
+    raw = np.asarray(raw, dtype="float64")
+    at = np.asarray(origins, dtype="float64")[:, None] + x[None, :] / float(step_seconds)
+    return np.interp(at, np.arange(len(raw), dtype="float64"), raw)
 
 
 def lead_bases(last: np.ndarray, first_points: np.ndarray, step_seconds: float, timing: ServingTiming = TIMING) -> np.ndarray:

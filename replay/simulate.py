@@ -18,8 +18,9 @@ The simulated world (the settings of the published replay protocol the benchmark
                    only: retrain when due, serving-policy choice, refresh, drift fallback);
                    it serves only what the adapter holds (:func:`served_as_deployed`): the
                    forecast as of the trainer's last refresh, the observed floor the adapter
-                   reads directly from the workload's demand query every 15 s (D(t - delay), what
-                   the reactive HPA's metric reads too), and the ready pods of this sync (what
+                   reads directly from the workload's demand query every 15 s (D(t - delay - 15 s):
+                   as old as the reactive HPA's metric plus one re-read interval, the oldest
+                   reading it serves from), and the ready pods of this sync (what
                    the HPA counts and the adapter's pod watch reports); the CPU metric beside it
                    reads D(t - delay) like the reactive HPA;
   oracle           External Value target on max(true max of D over [t, t + lead], D(t - delay)).
@@ -135,6 +136,7 @@ class World:
     t: np.ndarray  # sync times
     demand: np.ndarray  # D(t)
     observed: np.ndarray  # D(t - delay)
+    reading: np.ndarray  # D(t - delay - the adapter's re-read interval): its own reading, at its oldest
     oracle_peak: np.ndarray  # max D over [t, t + lead]
     initial_demand: float  # D(t0 - delay)
 
@@ -179,6 +181,7 @@ def make_world(series_id: str, ts: Sequence[int], values: Sequence[float], cfg: 
     tf = t.astype("float64")
     demand = np.interp(tf, gt, gv)
     observed = np.interp(tf - cfg.delay_seconds, gt, gv)
+    reading = np.interp(tf - cfg.delay_seconds - TIMING.observed_read_seconds, gt, gv)
     # D is piecewise linear: its max over [t, t+lead] is at an end or at a knot inside
     peak = np.maximum(demand, np.interp(tf + cfg.lead_seconds, gt, gv))
     j = np.searchsorted(gt, tf, side="right")  # first knot > t
@@ -189,7 +192,7 @@ def make_world(series_id: str, ts: Sequence[int], values: Sequence[float], cfg: 
         peak = np.where(inside, np.maximum(peak, gv[np.minimum(j, len(gv) - 1)]), peak)
         j = j + 1
     init = float(np.interp(t0 - cfg.delay_seconds, gt, gv))
-    return World(series_id, k, grid, cores, t0, t, demand, observed, peak, init)
+    return World(series_id, k, grid, cores, t0, t, demand, observed, reading, peak, init)
 
 
 # ----------------------------------------------------------------------------- forecasts
@@ -246,9 +249,9 @@ def served_as_deployed(fc, now: float, ready_pods: int, request: float, settings
     """What the adapter serves at ``now`` (``adapter.core.AdapterCore.served``), from what it
     holds then and nothing more: the forecast as of the trainer's last refresh; ``observed``,
     its direct reading of the workload's demand (``adapter.fallback.ObservedDirect.fresh``:
-    the demand query read every 15 s, as old as a reactive HPA's CPU metric; None without a
-    demand source, when the published samples are the floor); over the ready pods the HPA
-    counts at this sync (what the adapter's pod watch reports)."""
+    the demand query re-read every 15 s, so up to that much older than a reactive HPA's CPU
+    metric; None without a demand source, when the published samples are the floor); over the
+    ready pods the HPA counts at this sync (what the adapter's pod watch reports)."""
     from forecaster.served import served_load_ratio
 
     return served_load_ratio(fc, now, ready_pods, request, settings, observed=observed)
@@ -297,6 +300,7 @@ def run_mode(world: World, mode: str, cfg: ReplayConfig, feed: ProductionFeed | 
 
     t_arr = world.t
     obs_arr = world.observed
+    read_arr = world.reading
     peak_arr = world.oracle_peak
     target = cfg.target
     for i in range(n):
@@ -318,7 +322,7 @@ def run_mode(world: World, mode: str, cfg: ReplayConfig, feed: ProductionFeed | 
             # Resource CPU metric at the same target; the HPA takes the larger proposal
             props = [resource_utilization_proposal(spec, S, milli(obs), ready, req_milli, target_pct, unready_pods=len(pending))]
             try:
-                sv = served_as_deployed(feed.at(float(t)), float(t), ready, request, settings, obs)
+                sv = served_as_deployed(feed.at(float(t)), float(t), ready, request, settings, float(read_arr[i]))
                 props.append(external_value_proposal(spec, S, [sv.value], target, ready))
                 sources[sv.source] = sources.get(sv.source, 0) + 1
             except NoData:
