@@ -240,12 +240,14 @@ def served_cores(
     if refused:
         return _fallback(obs, note)
     obs = read if read is not None else obs
+    where = " (read directly now)" if read is not None else ""
     if fc.status == "fallback":
         return _fallback(obs, f"series is on the fallback ({fc.reason or 'no reason given'}){note}", headroom=m_fallback,
                          held=held_observed(fc, obs, k_fallback), hold=k_fallback)
     if source == "persistence":
         pred = held_observed(fc, obs, k)  # the hold is part of the persistence path
-        what = f"persistence (last observed {fc.observed[-1][0] if fc.observed else 0:.0f})"
+        what = ("persistence (observed demand read directly now)" if read is not None else
+                f"persistence (last observed {fc.observed[-1][0] if fc.observed else 0:.0f})")
         if pred is None:
             return _fallback(obs, "policy serves persistence but the forecast carries no observation")
     else:
@@ -262,9 +264,8 @@ def served_cores(
         base, floored = floor, True
     value = m * base
     reason = f"{what} is {pred:.4g} cores"
-    read = " (read directly now)" if read is not None else ""
     if floored:
-        reason += f", below observed {floor:.4g}{read}: floored at observed" if k <= 1 else \
+        reason += f", below observed {floor:.4g}{where}: floored at observed" if k <= 1 else \
             f", below {floor:.4g}, the max of observed now and the last {k} samples (hold {k}): floored there"
     if gap is not None:
         reason += f"; x{m:g} headroom from the serving policy for demand {gap:.0%} below its recent peak"
