@@ -70,6 +70,7 @@ def build_demand(opts: dict[str, Any]):
     """(DemandReader, ObservedDirectSettings) over the config's Prometheus, or (None, None)
     without a config, with a CSV source, or when turned off."""
     from adapter.settings import ObservedDirectSettings
+    from forecaster.timing import TIMING
 
     if not opts.get("config") or not opts.get("observed_direct", True):
         return None, None
@@ -79,8 +80,7 @@ def build_demand(opts: dict[str, Any]):
     cfg = load_config(opts["config"])
     if cfg.source.url.startswith(("csv://", "file://")):
         return None, None  # a file holds no live demand
-    od = ObservedDirectSettings(**({"ttl_seconds": float(opts["observed_direct_ttl_seconds"])}
-                                   if opts.get("observed_direct_ttl_seconds") is not None else {}))
+    od = ObservedDirectSettings(ttl_seconds=float(opts.get("observed_direct_ttl_seconds") or TIMING.observed_read_seconds))
     from forecaster.sources.prometheus import PrometheusSource
 
     src = PrometheusSource(
