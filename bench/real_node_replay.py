@@ -96,13 +96,23 @@ def reactive_delay_s(doc: dict, rows: list[dict]) -> float | None:
     return None if cross is None else max(0.0, raise_t - cross - SYNC_S / 2)
 
 
-def trace_rows(start: datetime, minutes_after: float, train_days: float):
+def trace_rows(start: datetime, minutes_after: float, train_days: float, live_minutes: float):
+    """The trace from ``train_days`` before ``start`` to ``minutes_after`` past it, and the top the
+    node's driver scaled to ``PEAK_RPS`` (the live segment's own maximum, as ``rate_at`` takes it)."""
     from foresight.loaddriver import bundled_traces, load_segment
 
     t0 = start - timedelta(days=train_days)
     seg = load_segment(bundled_traces(), SERIES, t0.isoformat(), train_days * 1440 + minutes_after)
     ts = np.array([int(seg.start.timestamp() + o) for o in seg.offsets_s])
-    return ts, np.array(seg.values), float(max(load_segment(bundled_traces(), SERIES, start.isoformat(), minutes_after).values))
+    return ts, np.array(seg.values), float(max(load_segment(bundled_traces(), SERIES, start.isoformat(), live_minutes).values))
+
+
+def replay_trace(doc: dict):
+    """The trace the replay plays (unix seconds, trace units) and its cores per trace unit: the
+    node's own scaling of the segment, so both sides see the same demand."""
+    start = datetime.fromisoformat(doc["segment_start"].replace("Z", "+00:00"))
+    ts, vals, seg_top = trace_rows(start, 60.0, 14.0, doc["segment_minutes"])
+    return ts, vals, PEAK_RPS * CORES_PER_RPS / seg_top
 
 
 def replay_side(doc: dict, startup_s: float, delay_s: float, startup_kind: str) -> dict:
@@ -110,9 +120,7 @@ def replay_side(doc: dict, startup_s: float, delay_s: float, startup_kind: str) 
     first ``segment_minutes`` compared)."""
     from replay.simulate import ReplayConfig, StartupModel, make_world, production_feed, run_mode
 
-    start = datetime.fromisoformat(doc["segment_start"].replace("Z", "+00:00"))
-    ts, vals, seg_top = trace_rows(start, 60.0, 14.0)
-    k = PEAK_RPS * CORES_PER_RPS / seg_top  # cores per trace unit: the node's scaling of the segment
+    ts, vals, k = replay_trace(doc)
     length = doc["segment_minutes"] * 60.0
     out = {}
     feed = None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from bench.real_node_autoscale import CORES_PER_RPS, PEAK_RPS, QUICK, plan, history_cores
+from bench.real_node_autoscale import CORES_PER_RPS, FULL, PEAK_RPS, QUICK, history_cores, plan
 from bench.real_node_report import _first, _integral_minutes
 from tests.cluster.backfill import counter_samples, openmetrics
 
@@ -65,3 +65,19 @@ def test_the_observe_line_is_compared_with_the_predictive_hpa_at_each_poll_of_th
     assert (o["first_predictive_raise_after_rise_s"], o["first_would_have_raise_after_rise_s"]) == (400 - p.rise_offset_s, 404 - p.rise_offset_s)
     assert o["under_capacity_minutes"] == {"wouldHave": 0.5, "actual": 4.0}
     assert observe_against_act(raw, [{**r, "observe_would_have": None} for r in rows]) is None
+
+
+def test_the_replay_against_the_node_plays_the_demand_the_node_driver_sent():
+    """The replay's trace, scaled as bench.real_node_replay scales it, equals the driver's rate x
+    the CPU a request costs at every second of the segment (a replay scaled by another top put a
+    plateau at 0.70 of the pods' requests on the wrong side of the limit)."""
+    import numpy as np
+
+    from bench.real_node_replay import replay_trace
+
+    for start, minutes in (QUICK, FULL):
+        p = plan(start, minutes)
+        ts, vals, k = replay_trace({"segment_start": start, "segment_minutes": minutes})
+        t0 = p.segment.start.timestamp()
+        for t in range(0, int(minutes * 60), 37):
+            assert math.isclose(float(np.interp(t0 + t, ts, vals)) * k, p.rps(t) * CORES_PER_RPS, rel_tol=1e-6), (start, t)
