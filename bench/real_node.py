@@ -21,6 +21,7 @@ through the warm-pool API, to the pod's address and through a Service (bench/rea
 
     sudo .venv/bin/python -m bench.real_node autoscale            # 45 trace minutes, real time
     sudo .venv/bin/python -m bench.real_node autoscale --quick    # 20 minutes around the rise
+    sudo .venv/bin/python -m bench.real_node autoscale --ramp     # a 9-minute synthetic daily step (make test)
 
 ``warmpool``: the chart's warm-pool controller on the node under an hour of the Azure Functions
 trace, beside ``foresight warmpool simulate`` on the same functions and hour
@@ -229,13 +230,19 @@ def autoscale_main(argv: list[str]) -> int:
     ap.add_argument("--start", help="trace time the live segment starts (default: full 2017-01-28T15:00:00Z, quick 15:05)")
     ap.add_argument("--minutes", type=float, help="live segment length in trace minutes = wall minutes (default 45, quick 20)")
     add_quick_args(ap, "20 minutes around the rise")
+    ap.add_argument("--ramp", action="store_true", help="the short run make test runs: a synthetic daily step (14 days of "
+                    "history, 9 live minutes: 2 flat, a 3-minute rise to the peak, 4 at the peak) instead of the trace; "
+                    "writes where --quick does")
     args = ap.parse_args(argv)
+    if args.ramp and (args.start or args.minutes):
+        ap.error("--ramp plays its own synthetic segment: leave --start and --minutes out")
+    args.quick = args.quick or args.ramp  # a short run never replaces the committed results
     if args.minutes is not None and args.minutes < 5:
         ap.error(f"--minutes {args.minutes:g}: give at least 5 (the rise and the HPAs' answer to it)")
     out = results_dir(args)
 
     stop_on_sigterm()  # the node and control plane are cleaned up as on Ctrl-C
-    raw = experiment(args.quick, start=args.start, minutes=args.minutes)
+    raw = experiment(args.quick, start=args.start, minutes=args.minutes, ramp=args.ramp)
     doc = summarise(raw)
     tl = timeline(raw)
     name = "real_node_autoscale"

@@ -46,7 +46,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from forecaster.timing import TIMING
@@ -167,6 +167,48 @@ def plan(start: str, minutes: float, seed: int = 0) -> Plan:
     k = next(i for i, v in enumerate(seg.values) if v >= half)
     j = max([i for i in range(k) if seg.values[i] <= seg.values[0] * 1.1], default=0)
     return Plan(seg, plan_arrivals(seg, PEAK_RPS, 1.0, "poisson", seed), seg.offsets_s[j], hist)
+
+
+# The short run (``--ramp``, what make test runs): a daily step the trainer has seen before,
+# flat at RAMP_FLAT of the peak, rising to the peak in RAMP_RISE_S, held RAMP_HOLD_S a day.
+# The live load is RAMP_LIVE_S of flat, the rise and RAMP_PEAK_LIVE_S of the peak; one pod
+# saturates about a minute into the rise, and a reactive HPA's pods come two metric-and-start-up
+# delays later, so the reactive copy breaches while the forecast's pods are ready.
+RAMP_FLAT = 0.21  # the trace's flat part over its peak (azurev1-737498 at 15:05)
+RAMP_RISE_S = 180.0
+RAMP_HOLD_S = 1800.0
+RAMP_LIVE_S = 120.0
+RAMP_PEAK_LIVE_S = 240.0
+RAMP_HISTORY_DAYS = 14
+DAY_S = 86400.0
+
+
+def ramp_level(offset_s: float) -> float:
+    """The daily step's level (peak = 1) at a time relative to a rise, any day before or after."""
+    into = offset_s % DAY_S
+    if into < RAMP_RISE_S:
+        return RAMP_FLAT + (1 - RAMP_FLAT) * into / RAMP_RISE_S
+    if into < RAMP_RISE_S + RAMP_HOLD_S:
+        return 1.0
+    if into < 2 * RAMP_RISE_S + RAMP_HOLD_S:
+        return 1.0 - (1 - RAMP_FLAT) * (into - RAMP_RISE_S - RAMP_HOLD_S) / RAMP_RISE_S
+    return RAMP_FLAT
+
+
+def ramp_plan(seed: int = 0) -> Plan:
+    """The short run's plan: the live segment and its history from ``ramp_level`` at 30-s points
+    (a fixed date: only offsets matter; the rise falls at the same time of day every day)."""
+    from foresight.loaddriver import Segment, plan_arrivals
+
+    start = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
+    length = RAMP_LIVE_S + RAMP_RISE_S + RAMP_PEAK_LIVE_S
+    live = tuple(float(t) for t in range(0, int(length) + 1, 30))
+    seg = Segment("synthetic-daily-ramp", start, live, tuple(ramp_level(t - RAMP_LIVE_S) for t in live))
+    hist_s = RAMP_HISTORY_DAYS * DAY_S + 600
+    past = tuple(float(t) for t in range(0, int(hist_s) + 1, 30))
+    hist = Segment(seg.series_id, start - timedelta(seconds=hist_s), past,
+                   tuple(ramp_level(t - hist_s - RAMP_LIVE_S) for t in past))
+    return Plan(seg, plan_arrivals(seg, PEAK_RPS, 1.0, "poisson", seed), RAMP_LIVE_S, hist)
 
 
 def history_cores(p: Plan, live_start_unix: float):
@@ -296,14 +338,21 @@ def first_fitted_forecast(node, fs, store, live_unix: float, rise_unix: float):
     return fc, published
 
 
-def experiment(quick: bool, work: Path | None = None, start: str | None = None, minutes: float | None = None) -> dict:
-    """Everything on one node; returns the raw run (bench.real_node_report summarises it)."""
+def experiment(quick: bool, work: Path | None = None, start: str | None = None, minutes: float | None = None,
+               ramp: bool = False) -> dict:
+    """Everything on one node; returns the raw run (bench.real_node_report summarises it).
+    ``ramp``: the short synthetic run (``ramp_plan``) instead of the trace."""
     from bench.real_node_stack import HPA_SYNC_SECONDS, Foresight, start_node
     from forecaster.store import open_store
     from tests.cluster.backfill import backfill, counter_samples, deploy_prometheus, history_labels
 
-    start, minutes = start or (QUICK if quick else FULL)[0], minutes or (QUICK if quick else FULL)[1]
-    p = plan(start, minutes)
+    if ramp:
+        p = ramp_plan()
+        series, start, minutes = p.segment.series_id, None, p.segment.length_s / 60
+    else:
+        start, minutes = start or (QUICK if quick else FULL)[0], minutes or (QUICK if quick else FULL)[1]
+        p, series = plan(start, minutes), SERIES
+    history_s = min(14 * 86400.0, (p.segment.start - p.history.start).total_seconds() - 600)
     work = work or Path(tempfile.mkdtemp(prefix="foresight-real-node-autoscale-"))
     t_setup = time.monotonic()
     say(t_setup, f"starting the control plane and the node in {work}")
@@ -320,8 +369,8 @@ def experiment(quick: bool, work: Path | None = None, start: str | None = None, 
 
         live_unix = math.ceil(time.time() + LIVE_DELAY_S)
         cores = history_cores(p, live_unix)
-        samples = counter_samples(cores, live_unix - 14 * 86400, live_unix, 30.0)
-        say(t_setup, f"backfilling 14 days of history; the live segment starts in {live_unix - time.time():.0f} s")
+        samples = counter_samples(cores, live_unix - history_s, live_unix, 30.0)
+        say(t_setup, f"backfilling {history_s / 86400:.0f} days of history; the live segment starts in {live_unix - time.time():.0f} s")
         bf = backfill(node, prom_url, prom_pod, [(history_labels(node, NS, n), samples) for n in ("predictive", OBSERVED)])
         say(t_setup, "history loaded; the trainer starts")
         fs.start_trainer(config)
@@ -342,7 +391,7 @@ def experiment(quick: bool, work: Path | None = None, start: str | None = None, 
     finally:
         errors = node.stop()
         cp.stop()
-    return {"quick": quick, "series": SERIES, "segment_start": start, "segment_minutes": minutes, "peak_rps": PEAK_RPS,
+    return {"quick": quick or ramp, "ramp": ramp, "series": series, "segment_start": start, "segment_minutes": minutes, "peak_rps": PEAK_RPS,
             "slo_ms": SLO_MS, "breach_share": BREACH_SHARE, "cpu_ms_per_request": CPU_MS_PER_REQUEST,
             "cpu_request_cores": CPU_REQUEST, "hpa_sync_seconds": HPA_SYNC_SECONDS, "lead_seconds": TIMING.lead_seconds,
             "live_unix": live_unix, "rise_unix": rise_unix, "first_forecast": {"published_unix": published, "model": fc.model,

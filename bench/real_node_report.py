@@ -172,7 +172,8 @@ def plot(doc: dict, tl: list[dict], path: Path) -> None:
             h2, l2 = d.get_legend_handles_labels()
             ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left")
     axes[-1].set_xlabel("minutes from the live start (dashed: the demand's rise)")
-    fig.suptitle(f"{doc['series']} from {doc['segment_start']} on the real node, same demand for each copy", fontsize=10)
+    where = f" from {doc['segment_start']}" if doc.get("segment_start") else ""
+    fig.suptitle(f"{doc['series']}{where} on the real node, same demand for each copy", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -81,3 +81,19 @@ def test_the_replay_against_the_node_plays_the_demand_the_node_driver_sent():
         t0 = p.segment.start.timestamp()
         for t in range(0, int(minutes * 60), 37):
             assert math.isclose(float(np.interp(t0 + t, ts, vals)) * k, p.rps(t) * CORES_PER_RPS, rel_tol=1e-6), (start, t)
+
+
+def test_the_ramp_plan_steps_up_after_its_flat_minutes_and_its_history_repeats_the_step_each_day():
+    from bench.real_node_autoscale import RAMP_FLAT, RAMP_RISE_S, ramp_plan
+
+    p = ramp_plan()
+    rise = p.rise_offset_s
+    assert math.isclose(p.rps(0), RAMP_FLAT * PEAK_RPS) and math.isclose(p.rps(rise), RAMP_FLAT * PEAK_RPS)
+    assert math.isclose(p.rps(rise + RAMP_RISE_S), PEAK_RPS) and math.isclose(p.rps(p.segment.length_s), PEAK_RPS)
+    live = 1_800_000_000.0
+    cores = history_cores(p, live)
+    assert math.isclose(cores(live), p.rps(0) * CORES_PER_RPS, rel_tol=1e-6)  # the join
+    for day in (1, 2, 3):  # the same step at the same time of day, every day of the history
+        for t in (0.0, rise, rise + RAMP_RISE_S / 2, rise + RAMP_RISE_S, p.segment.length_s):
+            assert math.isclose(cores(live - day * 86400 + t), p.rps(t) * CORES_PER_RPS, rel_tol=1e-6), (day, t)
+    assert math.isclose(cores(live - 86400 + rise + 7200), RAMP_FLAT * PEAK_RPS * CORES_PER_RPS)  # back down later that day
