@@ -1,11 +1,12 @@
 """bench.real_node autoscale in its short mode (``--ramp``), as a user runs it: a subprocess that
 starts its own control plane and node, three copies of the demo app under real load, a
 PredictiveAutoscaler at the shipped defaults against a reactive CPU HPA with the same behaviour
-and one with Kubernetes' default, on a daily step the trainer has 14 days of history of (the chart's trainer config).
+and one with Kubernetes' default, on a daily step the trainer has 14 days of history of (the
+chart's trainer config).
 
 It asserts orderings, not wall-clock limits: the predictive copy's added pod is Ready before the
-reactive copies', a smaller share of its requests
-miss the latency SLO, and no more of its minutes breach it. Not "fewer minutes": ``auto`` holds a
+reactive copies', a smaller share of its requests miss the latency SLO, and no more of its
+minutes breach it. Not "fewer minutes": ``auto`` holds a
 forecast's first two steps near the last value (forecaster/models/guard.py, the move cap), so on
 this step the predictive HPA raises after the rise, not a lead before it (README: "Predictive
 against reactive on the node"). The run stops with an error (not a result) when the first forecast
