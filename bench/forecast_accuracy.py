@@ -7,10 +7,10 @@ side in ONE run, plus the cost of refreshing 1,000 series' forecasts from new da
 splits them. ``auto`` is what ships: the selection with its lead-step guard, served through the
 trainer's live check (the previous origin's fit refreshed at every sample up to the origin and
 scored against persistence; a fallback it triggers is kept by the refit: forecaster/backtest_live.py).
-Three benchmark-only rows from the same candidate fits, none with the live check, show the
+Four benchmark-only rows from the same candidate fits, none with the live check, show the
 history: ``auto_before_guard`` (no guard), ``auto_guard_e4b3f37`` (the first guard: persistence at
-h=1 unless the model wins by 3 standard errors) and ``auto_no_live_check`` (the shipped guard
-alone); the guard table gives each one's median MASE at h = 1, 2, 3, 6, 12 and its h=1 tail
+h=1 unless the model wins by 3 standard errors), ``auto_guard_no_season`` (the shipped guard
+without its seasonal support) and ``auto_no_live_check`` (the shipped guard alone); the guard table gives each one's median MASE at h = 1, 2, 3, 6, 12 and its h=1 tail
 against persistence. With ``lstm`` and ``prophet`` among the models, the row
 ``auto_with_lstm_prophet`` is the selection ``models: [auto, lstm, prophet]`` makes (auto choosing
 among its default candidates plus those two, from the same fits; without the live check, like the
@@ -47,7 +47,7 @@ import pandas as pd  # noqa: E402
 
 from bench.common import add_quick_args, cpu_files, results_dir, save_json  # noqa: E402
 from bench.forecast_rows import (  # noqa: E402
-    BEFORE_GUARD, FIRST_GUARD, NO_LIVE, WITH_GLOBAL, WITH_GLOBAL_MODELS, auto_variants, candidate_set_costs,
+    BEFORE_GUARD, FIRST_GUARD, NO_LIVE, NO_SEASON, WITH_GLOBAL, WITH_GLOBAL_MODELS, auto_variants, candidate_set_costs,
     guard_table, h1_ratios, live_report, print_guard_table, tail_stats,
 )
 from bench.replay_all import in_part  # noqa: E402  (the one tune/holdout split of the benchmarks)
@@ -160,7 +160,7 @@ def plot(summary: pd.DataFrame, rows: pd.DataFrame, path: Path, ratios: pd.DataF
         ax = axes[3]
         r = np.sort(np.minimum(ratios["ratio"].to_numpy(), 10.0))[::-1]
         ax.plot(np.arange(1, len(r) + 1), r, marker=".", color="tab:red", label="auto (shipped)")
-        for m, c in ((BEFORE_GUARD, "tab:grey"), (FIRST_GUARD, "tab:blue"), (NO_LIVE, "tab:orange")):
+        for m, c in ((BEFORE_GUARD, "tab:grey"), (FIRST_GUARD, "tab:blue"), (NO_SEASON, "tab:purple"), (NO_LIVE, "tab:orange")):
             if m in set(rows["model"]):
                 rv = np.sort(np.minimum(h1_ratios(rows, m)["ratio"].to_numpy(), 10.0))[::-1]
                 ax.plot(np.arange(1, len(rv) + 1), rv, lw=1, color=c, label=m)

@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-# the lead-step guard's history: no guard, the first guard, and the shipped guard alone (auto's
-# selection without the trainer's live check)
+# the lead-step guard's history: no guard, the first guard, the guard before seasonal support, and
+# the shipped guard alone (auto's selection without the trainer's live check)
 BEFORE_GUARD, FIRST_GUARD, NO_LIVE = "auto_before_guard", "auto_guard_e4b3f37", "auto_no_live_check"
+NO_SEASON = "auto_guard_no_season"
 # the row of ``models: [auto, lstm, prophet]`` (auto choosing among its default candidates plus
 # the global LSTM and Prophet), scored when both run as models of their own
 WITH_GLOBAL, WITH_GLOBAL_MODELS = "auto_with_lstm_prophet", ("auto", "lstm", "prophet")
@@ -29,12 +30,13 @@ def auto_variants(cands, grid: bool = False, with_global: bool = False) -> tuple
     """The benchmark-only rows of auto (``BacktestSettings.auto_variants``); with ``grid`` also
     one row per point of GUARD_GRID, with ``with_global`` the WITH_GLOBAL row (its candidates
     as the trainer expands ``models: [auto, lstm, prophet]``)."""
-    from forecaster.models.guard import fixed_z_lead_guard
+    from forecaster.models.guard import fixed_z_lead_guard, lead_guard
     from forecaster.selection import SelectionSettings
     from forecaster.training import expand_models
 
     rows = ((BEFORE_GUARD, SelectionSettings(candidates=cands, lead_guard=False), None),
             (FIRST_GUARD, SelectionSettings(candidates=cands), fixed_z_lead_guard),
+            (NO_SEASON, SelectionSettings(candidates=cands), lead_guard),  # called without support
             (NO_LIVE, SelectionSettings(candidates=cands), None))
     if with_global:
         rows += ((WITH_GLOBAL, SelectionSettings(candidates=expand_models(WITH_GLOBAL_MODELS)[0]), None),)
@@ -123,7 +125,7 @@ def guard_table(rows: pd.DataFrame) -> dict:
     h = 1..12, and the h=1 tail against persistence."""
     out = {}
     present = set(rows.model)
-    for m in ("auto", NO_LIVE, WITH_GLOBAL, BEFORE_GUARD, FIRST_GUARD) + tuple(sorted(x for x in present if x.startswith("auto_grid_"))):
+    for m in ("auto", NO_LIVE, NO_SEASON, WITH_GLOBAL, BEFORE_GUARD, FIRST_GUARD) + tuple(sorted(x for x in present if x.startswith("auto_grid_"))):
         g = rows[rows.model == m]
         if not len(g):
             continue

@@ -16,7 +16,8 @@ same validation forecasts (``forecaster.models.guard``): blended towards the las
 as the validation tail says helps, that blend pulled further to persistence the weaker its
 evidence of beating persistence (full weight from ``lead_evidence_z`` standard errors), and
 never moved more than ``lead_max_move`` typical one-step changes (growing as
-h ** ``lead_move_growth``) from the last value. The reason string says what the guard did. With a
+h ** ``lead_move_growth``) from the last value, unless the series moved that way at the same
+steps a season earlier (seasonal support, kept when the tail agrees). The reason string says what the guard did. With a
 single candidate (a model the user named rather than ``auto``) nothing is guarded. Validation
 targets that were gaps in the data (filled by interpolation) are not scored: a straight
 interpolated line flatters trend-following models.
@@ -35,7 +36,7 @@ import numpy as np
 from forecaster.models import Model, ModelError, clean_history, get_model
 from forecaster.models.base import season_length
 from forecaster.models.combo import Combination
-from forecaster.models.guard import EVIDENCE_Z, MAX_MOVE_SCALES, MOVE_GROWTH, GuardSpec, LeadGuarded, lead_guard
+from forecaster.models.guard import EVIDENCE_Z, MAX_MOVE_SCALES, MOVE_GROWTH, GuardSpec, LeadGuarded, lead_guard, seasonal_moves
 from forecaster.store import quantile_key
 
 DEFAULT_CANDIDATES = (
@@ -98,6 +99,8 @@ class CandidateResult:
     last: np.ndarray | None = None  # value observed at each validation origin (persistence's forecast)
     guard: GuardSpec | None = None  # lead-step guard chosen with it (then ``shift`` is inside)
     inner_shift: np.ndarray | None = None  # the shift applied before the guard
+    support: np.ndarray | None = None  # the series' seasonal moves at the origins (``seasonal_moves``)
+    season: int = 0  # their period in steps
 
 
 @dataclass
@@ -180,6 +183,7 @@ def evaluate_candidates(
         if not real.all() and real.mean(axis=0).min() >= 0.5:
             actual = np.where(real, actual, np.nan)
     last = y[origins]
+    support = seasonal_moves(y, origins, settings.lead_steps, season)
     fit_part = y[:cut]
     d = np.abs(np.diff(fit_part))
     scale = float(np.mean(d)) if len(d) else 0.0
@@ -195,9 +199,11 @@ def evaluate_candidates(
             m = _prototype(c, season).fit(fit_part, ts_fit)
             means = m.rolling_means(y, origins, horizon)
             mase = _colmean(np.abs(actual - means)) / scale
-            results.append(CandidateResult(name, m, means, mase, float(np.sum(w * mase) / w.sum()), last=last))
+            results.append(CandidateResult(name, m, means, mase, float(np.sum(w * mase) / w.sum()), last=last,
+                                           support=support, season=season))
         except Exception as exc:  # noqa: BLE001 - a failing candidate is skipped, with its reason
-            results.append(CandidateResult(name, None, error=f"{exc.__class__.__name__}: {exc}", last=last))
+            results.append(CandidateResult(name, None, error=f"{exc.__class__.__name__}: {exc}", last=last,
+                                           support=support, season=season))
         results[-1].seconds = time.perf_counter() - t0
     return results, actual, scale, origins
 
@@ -276,8 +282,10 @@ def choose(
     guarded = settings.lead_guard and settings.lead_steps > 0 and len(results) > 1
     if guarded and lv is not None and best.name != "persistence":
         if _guard_rule is None:
+            held = next((r for r in results if r.support is not None), None)
             spec, gm = lead_guard(actual, best.means, lv, scale, settings.lead_steps, settings.lead_evidence_z,
-                                  settings.lead_max_move, settings.lead_move_growth)
+                                  settings.lead_max_move, settings.lead_move_growth,
+                                  support=None if held is None else held.support, season=0 if held is None else held.season)
         else:
             spec, gm = _guard_rule(actual, best.means, lv, scale, settings.lead_steps)
         mase = _colmean(np.abs(actual - gm)) / scale

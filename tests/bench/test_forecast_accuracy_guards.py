@@ -1,6 +1,6 @@
 """bench/forecast_accuracy.py's guard comparison in quick mode: the shipped ``auto`` (with the
-trainer's live check) and the three benchmark-only rows (the shipped guard without the live
-check, no guard, the first guard) from one run, on one half of the tune/holdout split that
+trainer's live check) and the four benchmark-only rows (the shipped guard without the live
+check, the guard without its seasonal support, no guard, the first guard) from one run, on one half of the tune/holdout split that
 bench/replay_all.py uses."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from bench.replay_all import in_part
 
 from .test_quick import load, run_quick
 
-ROWS = ("auto", "auto_no_live_check", "auto_before_guard", "auto_guard_e4b3f37")
+ROWS = ("auto", "auto_no_live_check", "auto_guard_no_season", "auto_before_guard", "auto_guard_e4b3f37")
 
 
-def test_quick_guard_table_compares_the_three_rows_on_the_tune_half_only(tmp_path):
+def test_quick_guard_table_compares_the_guard_rows_on_the_tune_half_only(tmp_path):
     out = run_quick("forecast_accuracy", tmp_path, "--part", "tune")
     doc = load(tmp_path / "forecast_accuracy.json")
     assert doc["part"] == "tune" and doc["series"] == 2
