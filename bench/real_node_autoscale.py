@@ -42,6 +42,7 @@ to measure the product, not a result).
 from __future__ import annotations
 
 import math
+import shutil
 import tempfile
 import threading
 import time
@@ -353,6 +354,7 @@ def experiment(quick: bool, work: Path | None = None, start: str | None = None, 
         start, minutes = start or (QUICK if quick else FULL)[0], minutes or (QUICK if quick else FULL)[1]
         p, series = plan(start, minutes), SERIES
     history_s = min(14 * 86400.0, (p.segment.start - p.history.start).total_seconds() - 600)
+    owned = work is None  # a folder of our own is removed at the end (containerd's root: about 1.5 GB)
     work = work or Path(tempfile.mkdtemp(prefix="foresight-real-node-autoscale-"))
     t_setup = time.monotonic()
     say(t_setup, f"starting the control plane and the node in {work}")
@@ -391,6 +393,8 @@ def experiment(quick: bool, work: Path | None = None, start: str | None = None, 
     finally:
         errors = node.stop()
         cp.stop()
+        if owned and not errors:  # kept when the node's clean-up left something to look at
+            shutil.rmtree(work, ignore_errors=True)
     return {"quick": quick or ramp, "ramp": ramp, "series": series, "segment_start": start, "segment_minutes": minutes, "peak_rps": PEAK_RPS,
             "slo_ms": SLO_MS, "breach_share": BREACH_SHARE, "cpu_ms_per_request": CPU_MS_PER_REQUEST,
             "cpu_request_cores": CPU_REQUEST, "hpa_sync_seconds": HPA_SYNC_SECONDS, "lead_seconds": TIMING.lead_seconds,
