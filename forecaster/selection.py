@@ -17,10 +17,10 @@ as the validation tail says helps, that blend pulled further to persistence the 
 evidence of beating persistence (full weight from ``lead_evidence_z`` standard errors), and
 never moved more than ``lead_max_move`` typical one-step changes (growing as
 h ** ``lead_move_growth``) from the last value, unless the series moved that way at the same
-steps a season earlier (seasonal support, kept when the tail agrees). The reason string says what the guard did. With a
-single candidate (a model the user named rather than ``auto``) nothing is guarded. Validation
-targets that were gaps in the data (filled by interpolation) are not scored: a straight
-interpolated line flatters trend-following models.
+steps a season earlier (seasonal support, kept when the tail agrees). The reason string says
+what the guard did. With a single candidate (a model the user named rather than ``auto``)
+nothing is guarded. Validation targets that were gaps in the data (filled by interpolation) are
+not scored: a straight interpolated line flatters trend-following models.
 """
 
 from __future__ import annotations
@@ -282,10 +282,10 @@ def choose(
     guarded = settings.lead_guard and settings.lead_steps > 0 and len(results) > 1
     if guarded and lv is not None and best.name != "persistence":
         if _guard_rule is None:
-            held = next((r for r in results if r.support is not None), None)
+            seasonal = next((r for r in results if r.support is not None), None)
             spec, gm = lead_guard(actual, best.means, lv, scale, settings.lead_steps, settings.lead_evidence_z,
                                   settings.lead_max_move, settings.lead_move_growth,
-                                  support=None if held is None else held.support, season=0 if held is None else held.season)
+                                  support=seasonal and seasonal.support, season=seasonal.season if seasonal else 0)
         else:
             spec, gm = _guard_rule(actual, best.means, lv, scale, settings.lead_steps)
         mase = _colmean(np.abs(actual - gm)) / scale
