@@ -187,12 +187,11 @@ def redis_bench(fc_sample, n: int = 3000) -> dict | None:
 
     if not stack.have("redis-server"):
         return None
-    import tempfile
     from dataclasses import replace
 
     from forecaster.store import open_store
 
-    srv = stack.start_redis(Path(tempfile.mkdtemp(prefix="fleet-redis")))
+    srv = stack.start_redis()
     try:
         store = open_store(srv.url)
         t0 = time.perf_counter()

@@ -7,6 +7,7 @@ Used by tests/conftest.py fixtures and by bench/ scripts. Needs Debian's ``prome
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import shutil
@@ -74,8 +75,12 @@ class RedisServer:
 
 
 def start_redis(tmpdir: Path | None = None) -> RedisServer:
-    d = Path(tmpdir or tempfile.mkdtemp(prefix="foresight-redis-"))
-    return RedisServer(port=free_port(), dir=d).start()
+    """A Redis on a free port; without ``tmpdir`` its folder is a new temporary one, removed
+    when this process exits (after the caller's stop, which may restart it meanwhile)."""
+    if tmpdir is None:
+        tmpdir = Path(tempfile.mkdtemp(prefix="foresight-redis-"))
+        atexit.register(shutil.rmtree, tmpdir, True)
+    return RedisServer(port=free_port(), dir=Path(tmpdir)).start()
 
 
 @dataclass
