@@ -12,9 +12,10 @@ history: ``auto_before_guard`` (no guard), ``auto_guard_e4b3f37`` (the first gua
 h=1 unless the model wins by 3 standard errors), ``auto_guard_no_season`` (the shipped guard
 without its seasonal support) and ``auto_no_live_check`` (the shipped guard alone); the guard
 table gives each one's median MASE at h = 1, 2, 3, 6, 12 and its h=1 tail against persistence.
-With ``lstm`` and ``prophet`` among the models, the row ``auto_with_lstm_prophet`` is the selection ``models: [auto, lstm, prophet]`` makes (auto choosing
-among its default candidates plus those two, from the same fits; without the live check, like the
-other benchmark-only rows), with the fit seconds of both candidate sets per workload.
+With ``lstm`` and ``prophet`` among the models, the row ``auto_with_lstm_prophet`` is the
+selection ``models: [auto, lstm, prophet]`` makes (auto choosing among its default candidates
+plus those two, from the same fits; without the live check, like the other benchmark-only rows),
+with the fit seconds of both candidate sets per workload.
 
     .venv/bin/python bench/forecast_accuracy.py                 # full run (held-out half, all models)
     .venv/bin/python bench/forecast_accuracy.py --part tune     # the half the defaults were chosen on
