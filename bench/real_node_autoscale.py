@@ -257,8 +257,11 @@ class Observer:
                     last_fc = time.time()
                     fc = self.store.latest(f"{NS}/predictive")
                     if fc is not None and (not self.forecasts or self.forecasts[-1]["generated_at"] != fc.generated_at):
-                        self.forecasts.append({"generated_at": fc.generated_at, "model": fc.model,
-                                               "status": fc.status, "source": (fc.policy or {}).get("source"), "p90": list(fc.quantiles.get("p90", ()))[:12],
+                        pol = fc.policy or {}
+                        self.forecasts.append({"generated_at": fc.generated_at, "origin": fc.origin, "model": fc.model,
+                                               "status": fc.status, "source": pol.get("source"), "quantile": pol.get("quantile"),
+                                               "headrooms": pol.get("headrooms"), "gap_edges": pol.get("gap_edges"),
+                                               "p50": list(fc.quantiles.get("p50", ()))[:12], "p90": list(fc.quantiles.get("p90", ()))[:12],
                                                "observed": fc.observed[-1][1] if fc.observed else None})
             except Exception as exc:  # noqa: BLE001 - a missed poll is a gap in the timeline, reported by its size
                 self.rows.append({"t": time.time(), "error": repr(exc)[:200]})
@@ -284,11 +287,22 @@ class Observer:
             row[f"{n}_desired"] = (hpas.get(n, {}).get("status") or {}).get("desiredReplicas")
             row[f"{n}_replicas"] = (deps.get(n, {}).get("spec") or {}).get("replicas")
             row[f"{n}_ready"] = ready[n]
+        row["predictive_metric"] = _external_value(hpas.get("predictive"))
         self.rows.append(row)
 
     def finish(self) -> None:
         self.stop.set()
         self._t.join(30)
+
+
+def _external_value(hpa: dict | None) -> float | None:
+    """The predicted ratio as the HPA last read it (its status.currentMetrics), for the timeline."""
+    for m in ((hpa or {}).get("status") or {}).get("currentMetrics") or []:
+        cur = (m.get("external") or {}).get("current") or {}
+        if m.get("type") == "External" and cur.get("value") is not None:
+            from adapter.quantity import parse_quantity
+            return round(float(parse_quantity(cur["value"])), 4)
+    return None
 
 
 def say(t0: float, what: str) -> None:

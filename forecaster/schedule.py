@@ -33,6 +33,7 @@ from forecaster.models import ModelError
 from forecaster.predicted import capacity_per_pod
 from forecaster.store import ForecastStore
 from forecaster.workloads import READINGS_HINT
+from forecaster.timing import demand_lag_seconds
 from forecaster.training import Trainer, fit_item, step_workload
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,9 @@ def workload_meta(workload, capacity: Mapping[str, Any]) -> dict[str, Any]:
         "labels": workload.all_labels(),
         **workload.series_meta(),  # a declared metric's name and capacity_per_replica
     }
+    lag = demand_lag_seconds(workload.demand_query)
+    if lag > 0:  # where the adapter reads the forecast for a given instant of the load
+        meta["demand_lag_seconds"] = lag
     meta.update(capacity)
     return meta
 

@@ -9,7 +9,10 @@ function (``forecaster.leadwindow``) at the same timing (``forecaster.timing``):
    [now, now + lead] (lead = pod start-up + one HPA sync): scaling must be decided a lead
    time before the demand arrives, and the max keeps the peak of the window from being
    averaged away. The forecast curve is piecewise linear through (origin, last observed)
-   and the published points.
+   and the published points. The window is in the load's time: a series whose query reads a
+   range window runs half that window behind the load (``demand_lag_seconds`` in the
+   forecast's meta, ``forecaster.timing.demand_lag_seconds``), so the window is read that much
+   later on the series' clock.
 2. served = m x max(predicted, observed floor), with the workload's serving policy (chosen by
    the trainer, published with the forecast: ``forecaster.serving``): which quantile (or a flat
    persistence path) is the prediction, the hold k (the floor is the max of the observed
@@ -50,6 +53,7 @@ __all__ = [
     "NoData",
     "ServedValue",
     "observed_now",
+    "demand_lag",
     "predicted_demand",
     "served_cores",
     "served_load_ratio",
@@ -127,6 +131,13 @@ def observed_now(fc: Forecast | None) -> float | None:
     return _finite_non_negative(fc.observed[-1][1])
 
 
+def demand_lag(fc: Forecast) -> float:
+    """Seconds the forecast's series runs behind the load it measures (its meta's
+    ``demand_lag_seconds``, published by the trainer from the query; 0 when absent or invalid)."""
+    v = _finite_non_negative((fc.meta or {}).get("demand_lag_seconds", 0.0))
+    return v or 0.0
+
+
 def predicted_demand(fc: Forecast, now: float, settings: MetricSettings, quantile: str | None = None) -> float | None:
     """Max of the configured quantile over [now, now + lead] on the forecast curve
     (``forecaster.leadwindow``: linear from the last observed value at the origin through the
@@ -139,9 +150,10 @@ def predicted_demand(fc: Forecast, now: float, settings: MetricSettings, quantil
     values = fc.mean if quantile == "mean" else fc.quantiles.get(quantile)
     if not values:
         return None
-    if float(now) > fc.origin + len(values) * fc.step_seconds:
+    start = float(now) + demand_lag(fc) - fc.origin  # on the series' clock
+    if start > len(values) * fc.step_seconds:
         return None
-    best = window_max_one(observed_now(fc), values, float(now) - fc.origin, float(settings.lead_seconds), fc.step_seconds)
+    best = window_max_one(observed_now(fc), values, start, float(settings.lead_seconds), fc.step_seconds)
     if not math.isfinite(best):
         return None
     return max(0.0, best)

@@ -9,9 +9,10 @@ changed default cannot leave a copy behind.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-__all__ = ["ServingTiming", "TIMING"]
+__all__ = ["ServingTiming", "TIMING", "demand_lag_seconds"]
 
 
 @dataclass(frozen=True)
@@ -42,3 +43,42 @@ class ServingTiming:
 
 
 TIMING = ServingTiming()
+
+
+# A demand series is timed by its samples, but a range function reads a window that ends at the
+# sample: rate(x[2m]) at 12:00 is the mean load of 11:58-12:00, the load of 11:59. The served
+# window (now .. now + lead) is in the load's time, so it reads the series a half window later.
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+_RANGE = re.compile(r"\[\s*((?:\d+(?:ms|s|m|h|d|w|y))+)\s*(?::[^\]]*)?\]")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
+_LAST_TWO = ("irate", "idelta")  # read the last two samples of their window, not its mean
+
+
+def _range_seconds(text: str) -> float:
+    return sum(float(n) * _UNIT[u] for n, u in re.findall(r"(\d+)(ms|s|m|h|d|w|y)", text))
+
+
+def _enclosing_function(query: str, pos: int) -> str:
+    """The name of the function whose parentheses enclose ``pos`` ('' at the top level)."""
+    depth = 0
+    for i in range(pos - 1, -1, -1):
+        if query[i] == ")":
+            depth += 1
+        elif query[i] == "(":
+            if depth == 0:
+                m = re.search(r"([A-Za-z_]\w*)\s*$", query[:i])
+                return m.group(1) if m else ""
+            depth -= 1
+    return ""
+
+
+def demand_lag_seconds(query: str) -> float:
+    """How far a demand query's values run behind the load they measure: half its longest range
+    window (``rate(...[2m])``: 60 s), 0 for ``irate``/``idelta`` and for a query without a range
+    (a recording rule's name hides its window: that lag is not seen)."""
+    q = _QUOTED.sub('""', query or "")  # a label regex like "w[0-9]m" is not a range
+    lag = 0.0
+    for m in _RANGE.finditer(q):
+        if _enclosing_function(q, m.start()) not in _LAST_TWO:
+            lag = max(lag, _range_seconds(m.group(1)) / 2.0)
+    return lag
