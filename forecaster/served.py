@@ -267,7 +267,9 @@ def served_cores(
         pred = predicted_demand(fc, now, settings, quantile)
         if pred is None:
             values = fc.mean if quantile == "mean" else fc.quantiles.get(quantile)
-            why = f"forecast has no {quantile!r} values" if not values else "forecast horizon ends before now"
+            lag = demand_lag(fc)
+            why = (f"forecast has no {quantile!r} values" if not values else "forecast horizon ends before now" +
+                   (f" + the demand query's lag ({lag:g} s: half its range window)" if lag else ""))
             return _fallback(obs, why + note)
         what = f"{quantile} forecast max over the next {settings.lead_seconds:g} s ({model_name(fc)})"
     base, floored = pred, False

@@ -51,7 +51,10 @@ TIMING = ServingTiming()
 _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
 _RANGE = re.compile(r"\[\s*((?:\d+(?:ms|s|m|h|d|w|y))+)\s*(?::[^\]]*)?\]")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
-_LAST_TWO = ("irate", "idelta")  # read the last two samples of their window, not its mean
+# the range functions that read their window's mean (deriv: its least-squares slope, centred
+# there too); irate, idelta, last/max/min/quantile_over_time and the rest read its end or an
+# extreme, not its middle
+_MEAN_OF_WINDOW = ("rate", "increase", "delta", "deriv", "avg_over_time", "sum_over_time")
 
 
 def _range_seconds(text: str) -> float:
@@ -74,11 +77,12 @@ def _enclosing_function(query: str, pos: int) -> str:
 
 def demand_lag_seconds(query: str) -> float:
     """How far a demand query's values run behind the load they measure: half its longest range
-    window (``rate(...[2m])``: 60 s), 0 for ``irate``/``idelta`` and for a query without a range
-    (a recording rule's name hides its window: that lag is not seen)."""
+    window read as a mean (``rate(...[2m])``: 60 s); 0 for ranges of ``irate``,
+    ``last_over_time``, ``max_over_time`` and the like, and for a query without a range (a
+    recording rule's name hides its window: that lag is not seen)."""
     q = _QUOTED.sub('""', query or "")  # a label regex like "w[0-9]m" is not a range
     lag = 0.0
     for m in _RANGE.finditer(q):
-        if _enclosing_function(q, m.start()) not in _LAST_TWO:
+        if _enclosing_function(q, m.start()) in _MEAN_OF_WINDOW:
             lag = max(lag, _range_seconds(m.group(1)) / 2.0)
     return lag

@@ -23,11 +23,15 @@ T0 = 1_800_000_000.0
     ("rate(x[1h30m])", 2700.0),
     ("sum(irate(x[5m]))", 0.0),  # the last two samples, not the window's mean
     ("max(rate(a[1m])) + sum(idelta(b[10m]))", 30.0),
+    ("sum(last_over_time(demand[1h]))", 0.0),  # the window's last sample
+    ("max_over_time(cpu[10m])", 0.0),
+    ("avg_over_time(cpu[4m])", 120.0),
+    ("avg_over_time(rate(x[2m])[10m:1m])", 300.0),  # the longest window read as a mean
     ('sum(cpu{pod=~"w[5m]"})', 0.0),  # a bracket inside a label regex is not a range
     ("namespace_pod:cpu:rate2m", 0.0),  # a recording rule hides its window
     ("", 0.0),
 ])
-def test_a_querys_lag_is_half_its_longest_range_window(query, lag):
+def test_a_querys_lag_is_half_its_longest_range_window_read_as_a_mean(query, lag):
     assert demand_lag_seconds(query) == lag
 
 
@@ -63,3 +67,11 @@ def test_the_served_window_reads_the_series_a_lag_later():
 @pytest.mark.parametrize("bad", [-5.0, float("nan"), "soon", None])
 def test_an_invalid_published_lag_counts_as_none(bad):
     assert demand_lag(_ramp({"demand_lag_seconds": bad})) == 0.0
+
+
+def test_a_lag_past_the_horizon_serves_observed_demand_and_says_why():
+    from forecaster.served import served_cores
+    fc = _ramp({"demand_lag_seconds": 1800.0})  # avg_over_time(...[1h]) on a 6-minute horizon
+    sv = served_cores(fc, T0 + 30, MetricSettings(quantile="p50"))
+    assert sv.source == "observed" and sv.value == 1.0
+    assert "the demand query's lag (1800 s" in sv.reason

@@ -37,8 +37,14 @@ def test_the_real_node_bench_quick_times_pod_starts_per_runtime_class_and_cleans
     for handler, by_kind in doc["claims"].items():
         for where in ("pod", "served"):
             warm, cold = by_kind["warm"][where], by_kind["cold"][where]
-            assert warm["pods"] == cold["pods"] == 3
-            assert 0 < warm["p50_s"] < cold["p50_s"], (handler, where, warm, cold)  # a warm pod serves sooner
+            assert warm["pods"] == cold["pods"] == 3 and 0 < warm["p50_s"] and 0 < cold["p50_s"], (handler, where)
+        warm, cold = by_kind["warm"]["pod"], by_kind["cold"]["pod"]
+        assert warm["p50_s"] < cold["p50_s"], (handler, warm, cold)  # at the claim's endpoint a warm pod answers sooner
+        # Through the Service both wait for the endpoint to reach kube-proxy (about a second here),
+        # which outlasts a crun cold start (full run: warm 1.125 s, cold 1.134 s p50), so only
+        # runc's cold start is long enough to order them there.
+        if handler == "runc":
+            assert by_kind["warm"]["served"]["p50_s"] < by_kind["cold"]["served"]["p50_s"], by_kind
         assert f"{handler:6s} warm claims   3  -> pod answering p50" in r.stdout
         assert doc["warm_claim_to_cold_start_p50"][handler] > 0
     assert doc["node_start_seconds"] > 0 and doc["control_plane_start_seconds"] > 0
