@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["ServingTiming", "TIMING", "demand_lag_seconds"]
+__all__ = ["DURATION_UNITS", "ServingTiming", "TIMING", "demand_lag_seconds"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,8 @@ TIMING = ServingTiming()
 # window (now .. now + lead) is in the load's time, so it reads the series a half window later.
 _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
 _RANGE = re.compile(r"\[\s*((?:\d+(?:ms|s|m|h|d|w|y))+)\s*(?::[^\]]*)?\]")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
+# Prometheus duration units in seconds (also what source settings like 5m are read with)
+DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
 # the range functions that read their window's mean (deriv: its least-squares slope, centred
 # there too); irate, idelta, last/max/min/quantile_over_time and the rest read its end or an
 # extreme, not its middle
@@ -58,7 +59,7 @@ _MEAN_OF_WINDOW = ("rate", "increase", "delta", "deriv", "avg_over_time", "sum_o
 
 
 def _range_seconds(text: str) -> float:
-    return sum(float(n) * _UNIT[u] for n, u in re.findall(r"(\d+)(ms|s|m|h|d|w|y)", text))
+    return sum(float(n) * DURATION_UNITS[u] for n, u in re.findall(r"(\d+)(ms|s|m|h|d|w|y)", text))
 
 
 def _enclosing_function(query: str, pos: int) -> str:

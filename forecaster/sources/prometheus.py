@@ -22,6 +22,7 @@ import requests
 
 from forecaster.frames import empty_frame
 from forecaster.sources.base import SourceError, SourceUnavailable
+from forecaster.timing import DURATION_UNITS
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +58,9 @@ def parse_duration(value: str | float | int) -> float:
     if isinstance(value, (int, float)):
         return float(value)
     s = str(value).strip()
-    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
     for u in ("ms", "s", "m", "h", "d", "w"):
         if s.endswith(u) and s[: -len(u)].replace(".", "", 1).isdigit():
-            return float(s[: -len(u)]) * units[u]
+            return float(s[: -len(u)]) * DURATION_UNITS[u]
     try:
         return float(s)
     except ValueError as exc:
