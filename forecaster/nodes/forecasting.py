@@ -35,6 +35,7 @@ from forecaster.nodes.inventory import (
     zone_series_id,
 )
 from forecaster.store import Forecast, make_forecast, quantile_key
+from forecaster.timing import demand_lag_seconds
 
 History = Mapping[str, tuple[np.ndarray, np.ndarray]]  # key (instance or node) -> (unix ts, values)
 
@@ -264,7 +265,8 @@ def build_forecasts(
     zones: dict[str, list[str]] = {}
     for node in sorted(by_node):
         instance, zone, ts, y = by_node[node]
-        meta = {"kind": "Node", "node": node, "zone": zone, "instance": instance, "cpu_cores": weight[node]}
+        meta = _with_lag({"kind": "Node", "node": node, "zone": zone, "instance": instance, "cpu_cores": weight[node]},
+                         settings.query)
         fc = forecast_series(node_series_id(node), ts, y, meta, now, settings, report)
         if fc is not None:
             out.append(fc)
@@ -285,12 +287,21 @@ def build_forecasts(
             den[ok] += weight[node]
         with np.errstate(invalid="ignore", divide="ignore"):
             zy = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
-        meta = {"kind": "Zone", "zone": zone, "nodes": len(members), "cpu_cores": float(sum(weight[n] for n in members))}
+        meta = _with_lag({"kind": "Zone", "zone": zone, "nodes": len(members),
+                          "cpu_cores": float(sum(weight[n] for n in members))}, settings.query)
         fc = forecast_series(zone_series_id(zone), ts, zy, meta, now, settings, report)
         if fc is not None:
             out.append(fc)
             report.zones.append(zone)
     return out
+
+
+def _with_lag(meta: dict[str, Any], query: str) -> dict[str, Any]:
+    """``meta`` with the query's demand lag (``demand_lag_seconds``) when it has one: a
+    utilization read as ``rate(...[5m])`` runs half its window behind the node, and the
+    scheduler extender reads the curve that much later (``scoring.window_max``)."""
+    lag = demand_lag_seconds(query)
+    return {**meta, "demand_lag_seconds": lag} if lag > 0 else meta
 
 
 def memory_capacities(
@@ -331,8 +342,8 @@ def build_memory_forecasts(
             continue
         with np.errstate(invalid="ignore"):
             frac = np.where(np.isfinite(used), used / cap[0], np.nan)
-        meta = {"kind": "NodeMemory", "node": node, "zone": zone, "instance": key,
-                "memory_bytes": cap[0], "capacity": cap[1]}
+        meta = _with_lag({"kind": "NodeMemory", "node": node, "zone": zone, "instance": key,
+                          "memory_bytes": cap[0], "capacity": cap[1]}, settings.memory_query)
         fc = forecast_series(sid, ts, frac, meta, now, settings, report)
         if fc is not None:
             out.append(fc)

@@ -31,6 +31,7 @@ from typing import Callable, Mapping
 
 from forecaster.errors import UserError
 from forecaster.nodes.inventory import NODE_MEMORY_PREFIX, NODE_PREFIX, ZONE_PREFIX, node_series_id
+from forecaster.served import demand_lag
 from forecaster.store import Forecast
 
 MAX_SCORE = 10  # k8s.io/kube-scheduler/extender/v1 MaxExtenderPriority
@@ -172,12 +173,14 @@ def _observed(fc: Forecast) -> float | None:
 
 
 def window_max(fc: Forecast, now: float, horizon_seconds: float, quantile: str) -> float | None:
-    """Max of ``quantile`` over [now, now + horizon], on the piecewise-linear curve through
-    (origin, last observed) and the published points; None when the forecast ends before now
-    or lacks the quantile."""
+    """Max of ``quantile`` over [now, now + horizon] in the node's time, on the piecewise-linear
+    curve through (origin, last observed) and the published points; None when the forecast ends
+    before that window starts or lacks the quantile. A series that runs behind the node (its
+    meta's ``demand_lag_seconds``: a rate window) is read that much later on its own clock."""
     values = fc.mean if quantile == "mean" else fc.quantiles.get(quantile)
     if not values:
         return None
+    now = now + demand_lag(fc)
     pts = [(fc.origin + (i + 1) * fc.step_seconds, float(v)) for i, v in enumerate(values)]
     obs = _observed(fc)
     if obs is not None:

@@ -110,7 +110,9 @@ def test_training_publishes_node_and_zone_forecasts_that_start_from_the_real_uti
     assert report.memory_nodes == [n.name for n in with_memory] and report.memory_error == ""
     for node in known:
         fc = store.latest(f"node/{node.name}")
-        assert fc.meta == {"kind": "Node", "node": node.name, "zone": node.zone, "instance": node.instance, "cpu_cores": float(node.cores)}
+        # the default utilization is a rate over 5 minutes: it runs 150 s behind the node
+        assert fc.meta == {"kind": "Node", "node": node.name, "zone": node.zone, "instance": node.instance,
+                           "cpu_cores": float(node.cores), "demand_lag_seconds": 150.0}
         assert fc.origin == end and len(fc.mean) == 3
         # the last observed point is the rate() of the counters = the trace's last 5 minutes
         assert fc.observed[-1][1] == pytest.approx(truth[node.name][1][-1], abs=1e-6)
@@ -123,6 +125,9 @@ def test_training_publishes_node_and_zone_forecasts_that_start_from_the_real_uti
     zone = store.latest("zone/zone-a")
     assert zone.observed[-1][1] == pytest.approx(expected, abs=1e-6)
     assert zone.meta["nodes"] == 2 and zone.meta["cpu_cores"] == float(a.cores + b.cores)
+    assert zone.meta["demand_lag_seconds"] == 150.0
+    for node in with_memory:  # memory in use is a gauge: read as it is
+        assert "demand_lag_seconds" not in store.latest(f"node-memory/{node.name}").meta
 
 
 def test_a_model_that_fails_falls_back_to_persistence_and_says_why():
@@ -156,6 +161,20 @@ def test_load_is_the_quantile_max_over_the_horizon_not_the_whole_forecast():
     assert window_max(fc, NOW, 180.0, "p90") == pytest.approx(0.5)
     assert window_max(fc, NOW, 600.0, "p90") == pytest.approx(0.95)
     assert window_max(fc, NOW + 3600, 60.0, "p90") is None  # the forecast ended: no opinion
+
+
+def test_a_rate_windowed_node_series_is_read_its_lag_later_on_its_own_clock():
+    """A utilization measured as rate(...[5m]) shows a rise 150 s after the node has it: the
+    window [now, now + 180 s] of the node is [now + 150, now + 330] on the series' clock."""
+    fc = node_fc("n", [0.3, 0.4, 0.5, 0.6, 0.7, 0.95], age=0.0, step=60.0)
+    lagged = make_forecast(fc.series_id, origin=fc.origin, step_seconds=60.0, mean=fc.mean, quantiles=fc.quantiles,
+                           model="ar", generated_at=fc.generated_at, meta={**fc.meta, "demand_lag_seconds": 150.0})
+    assert window_max(lagged, NOW, 180.0, "p90") == pytest.approx(0.7 + 0.5 * 0.25)  # t = 330 s: 0.7 -> 0.95
+    assert window_max(lagged, NOW, 180.0, "p90") > window_max(fc, NOW, 180.0, "p90")
+    assert window_max(lagged, NOW + 250, 60.0, "p90") is None  # 400 s on its clock: past the last point
+    bad = make_forecast(fc.series_id, origin=fc.origin, step_seconds=60.0, mean=fc.mean, quantiles=fc.quantiles,
+                        model="ar", generated_at=fc.generated_at, meta={**fc.meta, "demand_lag_seconds": "soon"})
+    assert window_max(bad, NOW, 180.0, "p90") == window_max(fc, NOW, 180.0, "p90")  # an unreadable lag counts as 0
 
 
 def test_hot_nodes_are_split_off_with_a_reason_unless_every_candidate_is_hot():
