@@ -227,6 +227,23 @@ def history_cores(p: Plan, live_start_unix: float):
     return cores
 
 
+def poisson_counter(cores, start: float, end: float, step: float, seed: int = 0) -> list[tuple[float, float]]:
+    """(unix time, cumulative CPU seconds) every ``step`` for a load of ``cores(t)``, each step's
+    requests drawn from a Poisson count, as the live driver's arrivals are: a history in which
+    every sample is the trace's smooth interpolation is quieter than anything the node measures
+    live, and a model fitted on it reads live noise as a trend."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out, total, t, prev = [], 0.0, start, cores(start)
+    while t <= end + 1e-9:
+        out.append((t, total))
+        nxt = cores(t + step)
+        total += rng.poisson((prev + nxt) / 2 * step / CORES_PER_RPS) * CORES_PER_RPS
+        prev, t = nxt, t + step
+    return out
+
+
 @dataclass
 class Observer:
     """Every POLL_SECONDS: each copy's HPA desired replicas, Deployment replicas and Ready pods,
@@ -385,7 +402,10 @@ def experiment(quick: bool, work: Path | None = None, start: str | None = None, 
 
         live_unix = math.ceil(time.time() + LIVE_DELAY_S)
         cores = history_cores(p, live_unix)
-        samples = counter_samples(cores, live_unix - history_s, live_unix, 30.0)
+        # the ramp's history is exact (a synthetic check of the orderings); a trace's carries the
+        # arrivals' noise, as a deployment's history does
+        sample = counter_samples if ramp else poisson_counter
+        samples = sample(cores, live_unix - history_s, live_unix, 30.0)
         say(t_setup, f"backfilling {history_s / 86400:.0f} days of history; the live segment starts in {live_unix - time.time():.0f} s")
         bf = backfill(node, prom_url, prom_pod, [(history_labels(node, NS, n), samples) for n in ("predictive", OBSERVED)])
         say(t_setup, "history loaded; the trainer starts")

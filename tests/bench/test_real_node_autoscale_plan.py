@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from bench.real_node_autoscale import CORES_PER_RPS, FULL, PEAK_RPS, QUICK, history_cores, plan
+from bench.real_node_autoscale import CORES_PER_RPS, FULL, PEAK_RPS, QUICK, history_cores, plan, poisson_counter
 from bench.real_node_report import _first, _integral_minutes
 from tests.cluster.backfill import counter_samples, openmetrics
 
@@ -38,6 +38,21 @@ def test_the_counter_integrates_the_cores_and_the_openmetrics_text_is_one_family
     lines = text.splitlines()
     assert lines[0] == "# TYPE container_cpu_usage_seconds counter" and lines[-1] == "# EOF"
     assert lines[1] == 'container_cpu_usage_seconds_total{namespace="n",pod="a-b-c"} 0.000000 0.000'
+
+
+def test_a_trace_history_carries_the_arrivals_poisson_noise_around_the_same_level():
+    import numpy as np
+
+    exact = counter_samples(lambda t: 0.09, 0.0, 7200.0, 30.0)
+    noisy = poisson_counter(lambda t: 0.09, 0.0, 7200.0, 30.0)
+    assert [t for t, _ in noisy] == [t for t, _ in exact]
+    v = np.array([c for _, c in noisy])
+    assert (np.diff(v) >= 0).all()  # still a counter
+    assert abs(v[-1] / exact[-1][1] - 1) < 0.02  # the same CPU over two hours
+    rate = (v[4:] - v[:-4]) / 120  # what rate(...[2m]) reads
+    want = 1 / math.sqrt(0.09 * 120 / CORES_PER_RPS)  # Poisson: 1 / sqrt(requests in the window)
+    assert 0.6 * want < rate.std() / rate.mean() < 1.5 * want
+    assert poisson_counter(lambda t: 0.09, 0.0, 600.0, 30.0, seed=1) != poisson_counter(lambda t: 0.09, 0.0, 600.0, 30.0)
 
 
 def test_replica_minutes_are_a_step_integral_and_first_crossings_are_polled_times():
