@@ -228,20 +228,18 @@ def history_cores(p: Plan, live_start_unix: float):
 
 
 def poisson_counter(cores, start: float, end: float, step: float, seed: int = 0) -> list[tuple[float, float]]:
-    """(unix time, cumulative CPU seconds) every ``step`` for a load of ``cores(t)``, each step's
-    requests drawn from a Poisson count, as the live driver's arrivals are: a history in which
-    every sample is the trace's smooth interpolation is quieter than anything the node measures
-    live, and a model fitted on it reads live noise as a trend."""
+    """``counter_samples`` with each step's requests drawn from a Poisson count, as the live
+    driver's arrivals are: a history in which every sample is the trace's smooth interpolation is
+    quieter than anything the node measures live, and a model fitted on it reads live noise as a
+    trend."""
     import numpy as np
 
-    rng = np.random.default_rng(seed)
-    out, total, t, prev = [], 0.0, start, cores(start)
-    while t <= end + 1e-9:
-        out.append((t, total))
-        nxt = cores(t + step)
-        total += rng.poisson((prev + nxt) / 2 * step / CORES_PER_RPS) * CORES_PER_RPS
-        prev, t = nxt, t + step
-    return out
+    from tests.cluster.backfill import counter_samples
+
+    exact = counter_samples(cores, start, end, step)
+    requests = np.diff([0.0] + [c for _, c in exact]) / CORES_PER_RPS
+    drawn = np.random.default_rng(seed).poisson(requests) * CORES_PER_RPS
+    return [(t, float(c)) for (t, _), c in zip(exact, np.cumsum(drawn))]
 
 
 @dataclass
