@@ -283,10 +283,11 @@ def warmpool_main(argv: list[str]) -> int:
     p = save_json("real_node_warmpool", doc, out)
     print(table(doc), flush=True)
     print(f"saved {p}", flush=True)
+    if doc["left_after_delete"]:
+        print(f"pods left 180 s after their WarmPools were deleted (then deleted): {doc['left_after_delete']}", file=sys.stderr)
     if errors:
         print(f"node cleanup left: {errors}", file=sys.stderr)
-        return 1
-    return 0
+    return 1 if errors or doc["left_after_delete"] or doc["node"]["failed"] else 0
 
 
 def stop_cluster(cp, node, work: Path) -> list:

@@ -330,6 +330,7 @@ def test_the_warm_pool_under_minutes_of_the_functions_trace_as_the_simulator_cou
     _record("warm pool under the functions trace (quick)", node=doc["node"], simulator=doc["simulator"])
     n, s = doc["node"], doc["simulator"]
     assert n["failed"] == 0, n["errors"]
+    assert not doc["left_after_delete"]  # deleting a WarmPool deletes its pods
     assert n["claims"] == s["claims"] > 0  # every invoked function-minute claimed once, on both
     assert n["warm"] + n["cold"] == n["claims"] and n["cold"] >= 1  # pools start empty: the first claim is cold
     assert n["cold_serving_s"]["n"] == n["cold"] and n["cold_serving_s"]["p50_s"] > 0
