@@ -242,7 +242,17 @@ def node_summary(res: dict) -> dict:
             "errors": sorted({c.error for c in claims if c.error})[:5],
             "idle_container_minutes": int(res["idle_at_claim"]), "idle_pod_minutes_polled": round(res["idle_pod_minutes"], 2),
             "api_s": _q(c.api_s for c in ok), "warm_serving_s": _q(c.serving_s for c in warm),
-            "cold_serving_s": _q(c.serving_s for c in cold)}
+            "cold_serving_s": _q(c.serving_s for c in cold), "per_claim": [_claim_row(c) for c in claims]}
+
+
+def _claim_row(c: Claim) -> dict:
+    """One claim as saved: which pool, trace minute and kind, so a difference from the simulator
+    can be traced to its function and minute."""
+    row = {"pool": c.pool, "minute": c.minute, "cold": c.cold, "error": c.error}
+    for k in ("api_s", "serving_s"):
+        v = getattr(c, k)
+        row[k] = round(v, 4) if np.isfinite(v) else None
+    return row
 
 
 def simulator_summary(sub) -> dict:
