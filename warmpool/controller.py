@@ -175,6 +175,8 @@ class Controller(Claims, Starts):
                 retry_at=st.retry_at,
                 cold_start_p90_seconds=p90[key],
                 last_error=st.last_error,
+                round_seconds=self.settings.reconcile_interval_seconds,
+                open_demand=st.meter.open_peak(now),
             )
 
     def _promote_ready(self, st: _PoolState) -> None:

@@ -50,6 +50,11 @@ class DemandMeter:
         out, self._closed = self._closed, []
         return out
 
+    def open_peak(self, now: float) -> int:
+        """Most containers claimed at once so far in the bin of ``now``."""
+        self._roll(now)
+        return self.peak
+
     def ready_at_round(self, ready: int) -> None:
         """Containers ready (warm or starting) after this round's actions; the first round of
         a bin sets the bin's count."""

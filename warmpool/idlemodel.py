@@ -121,41 +121,66 @@ class PoolIdleModel:
                 self.prev_class[j] = gap_class(g)
         self.last[:demand] = b
 
-    def _curve(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+    def _after_open(self, open_bin: int, open_demand: int) -> tuple[np.ndarray, list[int]]:
+        """(last busy bin per rank, class of each bucket's last gap) as they will be once bin
+        ``open_bin`` closes with at least ``open_demand`` (its peak so far)."""
+        last, prev = self.last, self.prev_class
+        n = min(open_demand, len(last))
+        if n <= 0:
+            return last, prev
+        prev = list(prev)
+        for j, edge in enumerate(self.edges):
+            if edge > n:
+                break
+            if last[edge - 1] >= 0:
+                prev[j] = gap_class(min(open_bin - int(last[edge - 1]), HORIZON_BINS - 1))
+        last = last.copy()
+        last[:n] = open_bin
+        return last, prev
+
+    def _curve(self, b: int, open_bin: int | None = None, open_demand: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """(miss, idle) of keeping R = 0 .. ranks containers in bin ``b``: the chance that
-        rank R+1 is needed, and the expected idle containers among the R kept."""
-        if self._memo is not None and self._memo[0] == b:
+        rank R+1 is needed, and the expected idle containers among the R kept. A bin after
+        the still open ``open_bin`` counts that bin's demand so far as if it had closed."""
+        if open_bin is None or b <= open_bin:
+            open_bin, open_demand = None, 0
+        key = (b, open_bin, open_demand)
+        if self._memo is not None and self._memo[0] == key:
             return self._memo[1], self._memo[2]
+        last, prev_class = self._after_open(open_bin, open_demand) if open_demand > 0 else (self.last, self.prev_class)
         w = self.spec.prior_weight
-        if len(self.last) == 1:  # most pools: plain floats are several times faster here
-            o = min(max(b - int(self.last[0]), 1), HORIZON_BINS - 1)
+        new_ranks = max(0, open_demand - len(last))  # busy for the first time in the open bin
+        if len(last) == 1 and not new_ranks:  # most pools: plain floats are several times faster here
+            o = min(max(b - int(last[0]), 1), HORIZON_BINS - 1)
             h = (float(self.counts[0, o]) + w * float(self.prior[o])) / (float(self.risk[0, o]) + w)
             v = self.spec.previous_gap_weight
-            k = self.prev_class[0]
+            k = prev_class[0]
             if v > 0 and k >= 0:
                 gaps = self.by_class[0][k]
                 lo = bisect.bisect_left(gaps, o)
                 h = (bisect.bisect_right(gaps, o) - lo + v * h) / (len(gaps) - lo + v)
             miss, idle = np.array([h, 0.0]), np.array([0.0, 1.0 - h])
-            self._memo = (b, miss, idle)
+            self._memo = (key, miss, idle)
             return miss, idle
-        offs = np.minimum(np.maximum(b - self.last, 1), HORIZON_BINS - 1)
+        offs = np.minimum(np.maximum(b - last, 1), HORIZON_BINS - 1)
         bk = self._bucket_of_rank
         h = (self.counts[bk, offs] + w * self.prior[offs]) / (self.risk[bk, offs] + w)
         if self.spec.previous_gap_weight > 0:
-            h = self._given_previous_gap(h, offs)
+            h = self._given_previous_gap(h, offs, prev_class)
+        if new_ranks:  # no gaps of theirs yet: the prior
+            h = np.concatenate([h, np.full(new_ranks, self.prior[min(max(b - open_bin, 1), HORIZON_BINS - 1)])])
         q = np.minimum.accumulate(h)
         miss = np.concatenate([q, [0.0]])
         idle = np.concatenate([[0.0], np.cumsum(1.0 - q)])
-        self._memo = (b, miss, idle)
+        self._memo = (key, miss, idle)
         return miss, idle
 
-    def _given_previous_gap(self, h: np.ndarray, offs: np.ndarray) -> np.ndarray:
+    def _given_previous_gap(self, h: np.ndarray, offs: np.ndarray, prev_class: list[int]) -> np.ndarray:
         """``h`` (per rank) conditioned on the class of its bucket's last gap."""
         v = self.spec.previous_gap_weight
         out = h.copy()
         bk = self._bucket_of_rank
-        for j, k in enumerate(self.prev_class):
+        for j, k in enumerate(prev_class):
             if k < 0 or not self.by_class[j][k]:
                 continue
             arr = self._sorted.get((j, k))
@@ -168,11 +193,12 @@ class PoolIdleModel:
             out[sel] = (c + v * h[sel]) / (len(arr) - lo + v)
         return out
 
-    def keep(self, b: int, price_per_gb: float, memory_gb: float) -> int:
-        """Containers to hold warm in bin ``b`` at ``price_per_gb`` (cold starts per idle GB-bin)."""
-        if not self.seen:
+    def keep(self, b: int, price_per_gb: float, memory_gb: float, open_bin: int | None = None, open_demand: int = 0) -> int:
+        """Containers to hold warm in bin ``b`` at ``price_per_gb`` (cold starts per idle GB-bin);
+        ``open_bin``/``open_demand``: the current bin and its peak so far, when ``b`` is later."""
+        if not self.seen and (open_bin is None or b <= open_bin or open_demand <= 0):
             return 0
-        miss, idle = self._curve(b)
+        miss, idle = self._curve(b, open_bin, open_demand)
         if len(miss) == 2:
             return int(miss[0] > price_per_gb * memory_gb * idle[1])
         return int(np.argmin(miss + price_per_gb * memory_gb * idle))

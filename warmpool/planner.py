@@ -8,7 +8,9 @@ Per pool and reconcile round, the pool wants ``max(forecast, idle model)`` conta
   nothing without a forecast;
 - idle model (``idle_model.enabled``): the R most recently busy containers whose chance of a
   claim pays for their memory at the controller's memory price (``warmpool.idlemodel``);
-  this both holds containers and pre-warms them before a claim it expects;
+  this both holds containers and pre-warms them before a claim it expects, for every bin
+  from now until a container started at the controller's next round would be ready (a bin's
+  first claims can come before its first round);
 - forecast: with ``demand: requests`` (or ``both``) the predicted request rate over
   ``request_rate.concurrency_per_container`` (or the larger of it and the cpu need);
 - idle containers beyond that expire only once past their idle-TTL deadline (``warmpool.ttl``:
@@ -90,9 +92,9 @@ class ForesightPolicy:
         keep = 0
         if spec.idle_model.enabled:
             st = self._pools.get(spec.name)
-            if st is not None and st.model.seen:
-                b = int(now // spec.idle_model.bin_seconds)
-                keep = st.model.keep(b, self.price.price, spec.memory_mb / 1024.0)
+            model = st.model if st is not None else PoolIdleModel(spec.idle_model) if obs.open_demand else None
+            if model is not None and (model.seen or obs.open_demand):
+                keep = _idle_keep(spec, model, obs, self.price.price, now)
         if needed is None and keep == 0:
             hold = not spec.idle_model.enabled or spec.idle_model.hold_on_ttl
             return PoolTarget(None, None, None, hold, reason + (": holding min_warm" if reason else ""))
@@ -100,6 +102,18 @@ class ForesightPolicy:
             reason = (reason + "; " if reason else "") + f"idle model keeps {keep}"
         hold = needed is not None or not spec.idle_model.enabled or spec.idle_model.hold_on_ttl
         return PoolTarget(max(needed or 0, keep), needed, peak, hold, reason)
+
+
+def _idle_keep(spec: PoolSpec, model: PoolIdleModel, obs: PoolObserved, price: float, now: float) -> int:
+    """Containers the idle model holds now: the most any bin wants from now until a container
+    started at the controller's next round would be ready. A bin's claims can come at its
+    first second, and the next round may come seconds into it, so its pre-warm starts in the
+    round before."""
+    bs = spec.idle_model.bin_seconds
+    b = int(now // bs)
+    end = int((now + obs.round_seconds + obs.cold_start_p90_seconds) // bs)
+    gb = spec.memory_mb / 1024.0
+    return max(model.keep(x, price, gb, open_bin=b, open_demand=obs.open_demand) for x in range(b, end + 1))
 
 
 def _forecast_target(spec: PoolSpec, obs: PoolObserved, cpu: Forecast | None, rate: Forecast | None,

@@ -64,6 +64,8 @@ class PoolObserved:
     retry_at: float = 0.0  # no creation before this time (backoff)
     cold_start_p90_seconds: float = 0.136
     last_error: str = ""
+    round_seconds: float = 0.0  # until the controller's next round: what this round starts must cover
+    open_demand: int = 0  # most containers claimed at once so far in the current demand bin
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,10 @@ How a minute is driven: every function is one pool of one
 ``Controller`` on the sim backend with a simulated clock. At the minute's start the controller
 runs one reconcile round (its policy decides from the past only); 2 s later the minute's
 ``n`` containers are claimed (what was warm is warm, the rest start cold), and released
-before the next minute. Resident = ready or starting after the round.
+before the next minute. Resident = ready or starting after the round. The controller itself
+reconciles every 5 s at no particular phase of the minute; the policy pre-warms one round plus
+a start ahead, so one round at the minute's start gives the same cold claims
+(tests/warmpool/test_tracesim.py runs both).
 """
 
 from __future__ import annotations
