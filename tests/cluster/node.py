@@ -193,12 +193,11 @@ def cleanup_host(node_dir: Path | None, netns: list[str] = ()) -> list[str]:
     kill_cgroup_tree(errors)
     errors += [f"gVisor process {pid} outside the node's cgroups: {cmd}" for pid, cmd in runsc_processes().items()]
     state = _read_state()
-    if node_dir is not None:
-        unmount_under(node_dir, errors)
-    # after a killed run, the node dir recorded at its start (its shims' bundles name their sockets)
-    sockets_of = node_dir or (Path(state["node_dir"]) if state.get("node_dir") else None)
-    if sockets_of is not None:
-        _remove_shim_sockets(sockets_of, errors)
+    # after a killed run, the node dir recorded at its start (its mounts; its shims' bundles name their sockets)
+    root = node_dir or (Path(state["node_dir"]) if state.get("node_dir") else None)
+    if root is not None:
+        unmount_under(root, errors)
+        _remove_shim_sockets(root, errors)
     nodenet.teardown(STATE, list(netns), errors)
     if state.get("propagation_was_private"):
         subprocess.run(["mount", "--make-rprivate", "/"], capture_output=True)
@@ -449,6 +448,9 @@ class Node:
         for p in self.procs:
             p.stop(timeout=5)
         self.procs.clear()
+        # containerd outlives the first pass, and a sandbox it was still tearing down can leave a
+        # mount behind it (gVisor's null-netns was seen once)
+        unmount_under(self.dir, errors)
         if errors:
             (self.dir / "cleanup-errors.txt").write_text("\n".join(errors))
         self._lock.close()  # type: ignore[attr-defined]
