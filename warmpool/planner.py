@@ -91,10 +91,7 @@ class ForesightPolicy:
         needed, peak, reason = _forecast_target(spec, obs, forecast, request_rate, now)
         keep = 0
         if spec.idle_model.enabled:
-            st = self._pools.get(spec.name)
-            model = st.model if st is not None else PoolIdleModel(spec.idle_model) if obs.open_demand else None
-            if model is not None and (model.seen or obs.open_demand):
-                keep = _idle_keep(spec, model, obs, self.price.price, now)
+            keep = _idle_keep(spec, self._state(spec).model, obs, self.price.price, now)
         if needed is None and keep == 0:
             hold = not spec.idle_model.enabled or spec.idle_model.hold_on_ttl
             return PoolTarget(None, None, None, hold, reason + (": holding min_warm" if reason else ""))

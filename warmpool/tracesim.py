@@ -237,6 +237,18 @@ def _tally(ctl: Controller, sim: SimBackend, names: list[str], col: np.ndarray, 
         ctl.release(name, cid)
 
 
+def sim_controller(trace: Trace, functions: Sequence[int], policy: SimPolicy,
+                   future: Mapping[str, np.ndarray]) -> tuple[Controller, SimBackend, SimClock]:
+    """One ``Controller`` for ``functions`` (one pool each) on the sim backend with a simulated
+    clock at ``T0``, running ``policy``."""
+    config = trace_config(policy.template, trace, functions)
+    clock = SimClock(T0)
+    coldstart = ColdStartModel(config.runtime_classes)
+    sim = SimBackend(clock, coldstart, seed=0)
+    ctl = Controller(config, None, {"sim": sim}, clock=clock, coldstart=coldstart, warm_policy=policy.build(config, future))
+    return ctl, sim, clock
+
+
 def simulate(trace: Trace, demand_model: str, policy: SimPolicy, progress: Callable[[Iterable], Iterable] | None = None) -> ReplayResult:
     """Replay ``policy`` on every function of ``trace`` minute by minute through one
     ``Controller`` (sim backend, simulated clock)."""
@@ -245,12 +257,7 @@ def simulate(trace: Trace, demand_model: str, policy: SimPolicy, progress: Calla
     T = D.shape[1]
     active = [f for f in range(trace.n_functions) if D[f].any()]
     names = [pool_name(f) for f in active]
-    config = trace_config(policy.template, trace, active)
-    warm = policy.build(config, {n: D[f] for n, f in zip(names, active)})
-    clock = SimClock(T0)
-    coldstart = ColdStartModel(config.runtime_classes)
-    sim = SimBackend(clock, coldstart, seed=0)
-    ctl = Controller(config, None, {"sim": sim}, clock=clock, coldstart=coldstart, warm_policy=warm)
+    ctl, sim, clock = sim_controller(trace, active, policy, {n: D[f] for n, f in zip(names, active)})
     out = np.zeros((len(active), 3), dtype=np.int64)
     Da = D[active]
     steps = range(T)

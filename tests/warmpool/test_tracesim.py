@@ -191,19 +191,11 @@ def _at_cadence(trace: Trace, interval: float, phase: float) -> tuple[int, int]:
     """The simulator's claims and releases with the controller reconciled every ``interval`` s
     from ``phase`` s into the first minute (how ``foresight warmpool run`` runs), instead of
     once at each minute's start: (cold claims, idle containers at the claims)."""
-    from warmpool.backends.sim import SimBackend
-    from warmpool.coldstart import ColdStartModel
-    from warmpool.controller import Controller
-    from warmpool.tracesim import CLAIM_AT, RELEASE_AT, T0, SimClock, pool_name
+    from warmpool.tracesim import CLAIM_AT, RELEASE_AT, T0, pool_name, sim_controller
 
     D = trace.demand("single")
     active = [f for f in range(trace.n_functions) if D[f].any()]
-    sp = resolve_policy("foresight")
-    config = trace_config(sp.template, trace, active)
-    clock = SimClock(T0)
-    coldstart = ColdStartModel(config.runtime_classes)
-    sim = SimBackend(clock, coldstart, seed=0)
-    ctl = Controller(config, None, {"sim": sim}, clock=clock, coldstart=coldstart, warm_policy=sp.build(config, {}))
+    ctl, sim, clock = sim_controller(trace, active, resolve_policy("foresight"), {})
     minutes = D.shape[1]
     events = sorted([(t, 0) for t in np.arange(phase, 60.0 * minutes, interval)]
                     + [(60.0 * m + CLAIM_AT, 1) for m in range(minutes)] + [(60.0 * m + RELEASE_AT, 2) for m in range(minutes)])
