@@ -39,6 +39,7 @@ from pathlib import Path
 import httpx
 
 from bench.common import ROOT, add_quick_args, results_dir, save_json
+from forecaster.timing import TIMING
 from tests import stack
 
 REQUEST, PODS = 0.5, 4  # static capacity of every workload
@@ -325,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     setup = {"workloads": len(workloads), "replicas": 2, "hold_seconds": args.hold,
              "refresh_interval_seconds": args.refresh, "load": "wrk -t1 -c4, 20 ms pause per request, per replica",
-             "cache_max_stale_seconds": 30, "observed_direct_ttl_seconds": 15}
+             "cache_max_stale_seconds": 30, "observed_direct_ttl_seconds": TIMING.observed_read_seconds}
     path = save_json("chaos", {"setup": setup, "faults": merge_faults(out / "chaos.json", setup, results)}, out)
     log(f"saved {path}")
     return 0

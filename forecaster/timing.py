@@ -31,7 +31,7 @@ class ServingTiming:
     pod_startup_seconds: float = 60.0
     hpa_sync_seconds: float = 15.0
     metric_delay_seconds: float = 90.0
-    observed_read_seconds: float = 15.0
+    observed_read_seconds: float = 5.0
     max_forecast_age_seconds: float = 300.0
     max_observed_age_seconds: float = 900.0
     hpa_target: float = 0.7

@@ -18,7 +18,7 @@ The simulated world (the settings of the published replay protocol the benchmark
                    only: retrain when due, serving-policy choice, refresh, drift fallback);
                    it serves only what the adapter holds (:func:`served_as_deployed`): the
                    forecast as of the trainer's last refresh, the observed floor the adapter
-                   reads directly from the workload's demand query every 15 s (D(t - delay - 15 s):
+                   reads directly from the workload's demand query every 5 s (D(t - delay - 5 s):
                    as old as the reactive HPA's metric plus one re-read interval, the oldest
                    reading it serves from), and the ready pods of this sync (what
                    the HPA counts and the adapter's pod watch reports); the CPU metric beside it
@@ -249,7 +249,7 @@ def served_as_deployed(fc, now: float, ready_pods: int, request: float, settings
     """What the adapter serves at ``now`` (``adapter.core.AdapterCore.served``), from what it
     holds then and nothing more: the forecast as of the trainer's last refresh; ``observed``,
     its direct reading of the workload's demand (``adapter.fallback.ObservedDirect.fresh``:
-    the demand query re-read every 15 s, so up to that much older than a reactive HPA's CPU
+    the demand query re-read every 5 s, so up to that much older than a reactive HPA's CPU
     metric; None without a demand source, when the published samples are the floor); over the
     ready pods the HPA counts at this sync (what the adapter's pod watch reports)."""
     from forecaster.served import served_load_ratio

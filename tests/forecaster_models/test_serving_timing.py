@@ -97,12 +97,14 @@ def test_the_adapters_one_forecast_path_gives_the_same_floats_as_the_choosers_ve
 
 def test_each_sync_floors_at_the_demand_the_adapter_reads_then():
     # the adapter's direct reading is a metric delay old, as a reactive HPA's CPU metric is, and
-    # up to one re-read (15 s) older: at a sync 90 + 15 j s after the sample it may hold the
-    # demand of 15 (j - 1) s after it
+    # up to one re-read older: at a sync 90 + 15 j s after the sample it may hold the demand of
+    # 15 j - r s after it (r: the re-read interval); before the sample, linear from the one before
+    r = TIMING.observed_read_seconds
+    assert 0 < r < TIMING.hpa_sync_seconds  # a fresh reading for every HPA sync
     raw = np.array([10.0, 20.0, 40.0])
     read = sync_observed(raw, np.array([0, 1]), 300.0)
-    assert read[0].tolist() == pytest.approx([10.0] + [10.0 + 10.0 * 15.0 * j / 300.0 for j in range(19)])
-    assert read[1].tolist() == pytest.approx([20.0 - 10.0 * 15.0 / 300.0] + [20.0 + 20.0 * 15.0 * j / 300.0 for j in range(19)])
+    assert read[0].tolist() == pytest.approx([10.0] + [10.0 + 10.0 * (15.0 * j - r) / 300.0 for j in range(1, 20)])
+    assert read[1].tolist() == pytest.approx([20.0 - 10.0 * r / 300.0] + [20.0 + 20.0 * (15.0 * j - r) / 300.0 for j in range(1, 20)])
 
 
 def test_the_chooser_floors_each_sync_where_the_adapter_does():
