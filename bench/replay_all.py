@@ -7,7 +7,7 @@ oracle. Prints and saves totals, medians, per-series ratios, the
 per-series equal-cost comparison and plots to bench/results/replay_*.
 
     .venv/bin/python bench/replay_all.py [--part all|tune|holdout] [--every N [--offset K]] [--workers 2]
-                                         [--variants main|costs|states|reference|windows|margins] [--tag T] [--quick]
+                                         [--variants main|costs|states|reference|windows|margins|candidates|sources] [--tag T] [--quick]
 
 ``--part``: the series whose SHA-1(series id) is even (tune: every global default of the serving
 policy is chosen on it) or odd (holdout: the headline, never used to choose a default).
@@ -66,6 +66,10 @@ STATE_VARIANTS = {  # serving.peak_gap_states: 1 = one headroom at all times
 }
 REFERENCE_VARIANTS = {  # the simple reference predictor (AR, p90, no headroom) run by the production code
     "simple AR p90": ("predictive", {"models": ("ar",)}, {"quantiles": ("p90",), "sources": ("model",), "headrooms": (1.0,)}),
+}
+SOURCE_VARIANTS = {  # serving.sources / serving.holds: what the chooser may serve instead of the model
+    "ours model only": ("predictive", {}, {"sources": ("model",)}),
+    "ours holds 1-3": ("predictive", {}, {"holds": (1, 2, 3)}),
 }
 CANDIDATE_VARIANTS = {  # training.models: auto's candidates plus the global LSTM and Prophet
     "ours +lstm +prophet": ("predictive", {"models": ("auto", "lstm", "prophet")}, {}),
@@ -307,13 +311,14 @@ def main(argv=None) -> int:
                     help="tune: the series whose SHA-1(id) is even (defaults are chosen on them); holdout: the others (the headline)")
     add_quick_args(ap, "one bundled series, two replayed days, one worker, no example plots")
     ap.add_argument("--variants", default="main", choices=["main", "costs", "states", "reference", "windows", "margins",
-                                                          "candidates"],
+                                                          "candidates", "sources"],
                     help="main: ours (a default deployment); costs: main plus two other "
                          "serving.violation_cost_pods settings; states: main plus one headroom at all times "
                          "(serving.peak_gap_states: 1) and the 60 s scale-down window; reference: main plus "
                          "the simple AR predictor; windows: the scale-down window; margins: main plus two "
                          "serving.model_margin settings; candidates: main plus training.models "
-                         "[auto, lstm, prophet] (the global LSTM trained once across the replayed series)")
+                         "[auto, lstm, prophet] (the global LSTM trained once across the replayed series); "
+                         "sources: main plus serving.sources [model] and serving.holds [1, 2, 3]")
     ap.add_argument("--startup", default="constant", choices=["constant", "lognormal"], help="pod start-up model (constant 60 s = the reference)")
     ap.add_argument("--tag", default="", help="suffix for the result files")
     args = ap.parse_args(argv)
@@ -324,7 +329,8 @@ def main(argv=None) -> int:
                 "reference": {**MAIN_VARIANTS, **REFERENCE_VARIANTS},
                 "windows": {"ours": MAIN_VARIANTS["ours"], **WINDOW_VARIANTS},
                 "margins": {**MAIN_VARIANTS, **MARGIN_VARIANTS},
-                "candidates": {**MAIN_VARIANTS, **CANDIDATE_VARIANTS}}[args.variants]
+                "candidates": {**MAIN_VARIANTS, **CANDIDATE_VARIANTS},
+                "sources": {**MAIN_VARIANTS, **SOURCE_VARIANTS}}[args.variants]
     series = load_series(part=args.part, quick=args.quick)[args.offset :: args.every]
     replay_days = None
     if args.quick:
