@@ -311,10 +311,13 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
+def reading_ttl(interval: float) -> float:
+    """The readings' TTL as shipped, in proportion to the HPA's interval (5 s of 15 s)."""
+    return interval * TIMING.observed_read_seconds / TIMING.hpa_sync_seconds
+
+
 def measure(config: Path, path: str, n: int, interval: float, intervals: int, wait: float) -> dict:
-    # the readings' TTL as shipped, in proportion to the HPA's interval (5 s of 15 s)
-    ttl = interval * TIMING.observed_read_seconds / TIMING.hpa_sync_seconds
-    core, reader, od = build_core(config, path, ttl=ttl, wait=wait)
+    core, reader, od = build_core(config, path, ttl=reading_ttl(interval), wait=wait)
     reader.queries = 0  # from the fault on (a warm path's warm-up is before it)
     t = time.monotonic()
     rows = asyncio.run(drive(core, n, interval, intervals, wait))
@@ -369,7 +372,7 @@ def main(argv=None) -> int:
             finally:
                 prom.stop()
     saved = save_json("fallback_scale", {"interval_seconds": args.interval, "wait_seconds": args.wait,
-                                         "ttl_seconds": args.interval * TIMING.observed_read_seconds / TIMING.hpa_sync_seconds,
+                                         "ttl_seconds": reading_ttl(args.interval),
                                          "quick": args.quick, "results": results}, out)
     say(f"saved {saved}")
     return 0
