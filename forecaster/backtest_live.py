@@ -10,7 +10,8 @@ once. The walk-forward backtest fits at each origin; this replays the rest with 
 refit when the trainer says one is due, then ``Trainer.refresh``) at every sample up to this
 origin, the origin's fit is installed (``Trainer.adopt``, which hands a fallback over) and the
 forecast is the trainer's refresh at the origin. Where the check has not fallen back that is
-exactly the fitted model's forecast.
+the fitted model's forecast with its lead steps' moves scaled by the live move weight (the
+check's points carry over the refit).
 
     replay = LiveReplay("s1", candidates, SelectionSettings(), horizon=12, quantiles=(0.5, 0.9),
                         train_points=4032)

@@ -9,6 +9,16 @@ forecast's origin). Exponentially weighted sums keep each call O(1) in time and 
     guard = LiveSkill(DriftSettings())
     guard.observe(actual=41.0, model_forecast=39.5, persistence_forecast=40.2)
     d = guard.decision()          # DriftDecision(drifted, ratio, points, reason)
+    w = guard.move_weight()       # how much of the model's move from the last value to serve
+
+Between "serve the model" and "fall back" the same points say how much of the model's move is
+worth serving. ``move_weight`` is the least-squares factor w for ``last + w * (model - last)``
+on the live points (exponentially weighted, clipped to [0, 1]): 1 when the model's moves are
+right, 0 when they are noise, about 0.5 on a series where the model beats the last value by a
+little and misses by a lot now and then. It is the live counterpart of the lead guard's blend
+(``forecaster.models.guard``, chosen on the validation tail before the model has served), and
+it is the series' evidence more than the model's: a refit inherits it (``handover``), and the
+new model's own points take over at the same half-life.
 
 A refit does not clear a fallback (``handover``): the model that replaces one the check fell
 back from starts in fallback too, with no points of its own, and is served once its own live
@@ -74,7 +84,11 @@ class DriftDecision:
 
 class LiveSkill:
     """Exponentially weighted live absolute errors of a model and of persistence on the same
-    points, with hysteresis between ``ratio`` and ``recover_ratio``."""
+    points, with hysteresis between ``ratio`` and ``recover_ratio``, and the share of the
+    model's move the same points support (``move_weight``)."""
+
+    # class-level defaults: a checkpoint pickled before move_weight existed still loads
+    _move_points, _move_gain, _move_size = 0, 0.0, 0.0
 
     def __init__(self, settings: DriftSettings | None = None, model_name: str = "the model") -> None:
         self.settings = settings or DriftSettings()
@@ -85,6 +99,9 @@ class LiveSkill:
         self.points = 0
         self.drifted = False
         self.inherited_from = ""  # the model whose fallback this one started in (handover)
+        self._move_points = 0  # points behind move_weight, inherited ones included
+        self._move_gain = 0.0  # weighted sum of (actual - persistence) * (model - persistence)
+        self._move_size = 0.0  # weighted sum of (model - persistence) ** 2
 
     def observe(self, actual: float, model_forecast: float, persistence_forecast: float) -> bool:
         """Score one point; returns whether to fall back now. Non-finite inputs (a gap in the
@@ -96,6 +113,10 @@ class LiveSkill:
         self.model_error = self._decay * self.model_error + max(abs(a - m) - tol, 0.0)
         self.persistence_error = self._decay * self.persistence_error + max(abs(a - p) - tol, 0.0)
         self.points += 1
+        move = m - p
+        self._move_gain = self._decay * self._move_gain + (a - p) * move
+        self._move_size = self._decay * self._move_size + move * move
+        self._move_points += 1
         if self.points >= self.settings.min_points:
             r = self.ratio()
             if r is not None:
@@ -108,12 +129,22 @@ class LiveSkill:
     def handover(self, model_name: str, settings: DriftSettings | None = None) -> LiveSkill:
         """The live check of the model that replaces this one at a refit: no points (the new
         model is scored on its own forecasts), but a fallback stays in force until the new
-        model's own ratio is below ``recover_ratio`` after ``min_points`` points."""
+        model's own ratio is below ``recover_ratio`` after ``min_points`` points, and the move
+        weight carries over (the series' evidence), its points fading as the new model's arrive."""
         nxt = LiveSkill(settings or self.settings, model_name)
+        nxt._move_points, nxt._move_gain, nxt._move_size = self._move_points, self._move_gain, self._move_size
         if self.drifted:
             nxt.drifted = True
             nxt.inherited_from = self.inherited_from or self.model_name
         return nxt
+
+    def move_weight(self) -> float:
+        """The share of the model's move from the last value that the live points support:
+        ``sum((actual - last) * move) / sum(move ** 2)`` clipped to [0, 1]; 1 before
+        ``min_points`` points or while the model has not moved."""
+        if self._move_points < self.settings.min_points or not self._move_size > 0:
+            return 1.0
+        return min(max(self._move_gain / self._move_size, 0.0), 1.0)
 
     def ratio(self) -> float | None:
         """Model error / persistence error; inf when persistence is exact and the model is not,

@@ -21,7 +21,9 @@ the live error of the chosen model drifts above ``drift_ratio`` x its backtest e
 change: a retrain is scheduled at the next step), or while the model's live one-step error
 is above ``live_skill.ratio`` x persistence's on the same points (``forecaster.drift``; the
 model is still scored, and served again once it recovers; a refit keeps that fallback until
-the new model's own live error recovers).
+the new model's own live error recovers). While the model is served, its first
+``selection.lead_steps`` steps move from the last value only as far as the live points support
+(``LiveSkill.move_weight``), the quantiles shifted with the mean.
 """
 
 from __future__ import annotations
@@ -240,9 +242,10 @@ class Trainer:
     def _install(self, st: SeriesState) -> None:
         """Install a new fit. A refit does not clear a live fallback: when the live check of the
         state it replaces had fallen back to persistence, the new model starts in fallback and
-        is served once its own live error recovers (``LiveSkill.handover``)."""
+        is served once its own live error recovers; the live move weight carries over too
+        (``LiveSkill.handover``)."""
         old = self._states.get(st.series_id)
-        if old is not None and old.skill.drifted and st.status == "ok" and st.model_name != "persistence":
+        if old is not None and st.status == "ok" and st.model_name != "persistence":
             st.skill = old.skill.handover(st.model_name, self.live_skill)
         self._checkpoint(st)  # before it is installed: no refresh is updating it while it pickles
         self._states[st.series_id] = st
@@ -356,6 +359,8 @@ class Trainer:
         if why is not None:
             pred = get_model("persistence").fit(y, ts).predict(self.horizon, self.quantiles)
             label = ("persistence", "fallback", why)
+        else:
+            pred = _live_weighted(pred, float(y[-1]), st.skill.move_weight(), self.selection.lead_steps)
         return pred, model_mean, label
 
     def _step(self, ts: np.ndarray) -> float:
@@ -422,6 +427,18 @@ class Trainer:
 
     def state(self, series_id: str) -> SeriesState | None:
         return self._states.get(series_id)
+
+
+def _live_weighted(pred, last: float, weight: float, lead_steps: int):
+    """``pred`` with its first ``lead_steps`` means at ``last + weight * (mean - last)`` and each
+    quantile shifted by the same amount as its step's mean."""
+    if weight >= 1.0 or lead_steps <= 0 or not np.isfinite(last):
+        return pred
+    mean = np.array(pred.mean, dtype="float64")
+    k = min(lead_steps, len(mean))
+    shift = np.zeros_like(mean)
+    shift[:k] = (weight - 1.0) * (mean[:k] - last)
+    return replace(pred, mean=mean + shift, quantiles={q: np.asarray(v, dtype="float64") + shift for q, v in pred.quantiles.items()})
 
 
 def _drift_flags(st: SeriesState) -> tuple[bool, bool, bool]:

@@ -1,6 +1,7 @@
 """The backtest's ``auto`` is served as the trainer serves it: the live check between origins
 (forecaster/backtest_live.py) falls back to persistence at an origin after the previous fit lost
-to the last value live, and changes nothing anywhere else."""
+to the last value live; anywhere else it changes at most how far the lead steps move from the
+last value (the live move weight), never the steps after them."""
 
 from __future__ import annotations
 
@@ -48,9 +49,14 @@ def test_auto_serves_persistence_at_an_origin_after_the_model_lost_live_and_nowh
             window = y[o.origin + 1 - 6 * DAY : o.origin + 1]  # the trainer's fallback: uncalibrated persistence
             spread = get_model("persistence").fit(window, ts[o.origin + 1 - 6 * DAY : o.origin + 1]).predict(12)
             assert np.allclose(o.forecasts["auto"][1]["p90"], spread.quantiles["p90"])
-        else:  # the live check changes nothing where it has not fallen back
-            assert np.array_equal(auto, plain)
-            assert np.array_equal(o.forecasts["auto"][1]["p90"], o.forecasts["auto_plain"][1]["p90"])
+        else:  # where it has not fallen back: the lead steps' moves scaled by one live weight
+            last, lead = y[o.origin], SelectionSettings().lead_steps
+            w = (auto[0] - last) / (plain[0] - last)
+            assert 0.0 <= w <= 1.0 + 1e-9
+            np.testing.assert_allclose(auto[:lead], last + w * (plain[:lead] - last))
+            assert np.array_equal(auto[lead:], plain[lead:])
+            band = o.forecasts["auto"][1]["p90"] - auto
+            np.testing.assert_allclose(band, o.forecasts["auto_plain"][1]["p90"] - plain)
 
 
 def test_without_the_stall_the_check_never_falls_back():

@@ -124,3 +124,70 @@ def test_a_fallback_handed_over_twice_still_names_the_model_that_lost():
     feed(old, [0.0] * 3, [5.0] * 3, [1.0] * 3)
     twice = old.handover("ets").handover("ar_log")
     assert twice.drifted and twice.inherited_from == "ar"
+
+
+def _moves(rng, n=200, factor=1.0, noise=0.0):
+    """The model moves ``move`` from the last value; the series then moves ``factor * move``
+    plus independent noise."""
+    last = 50 + rng.normal(0, 5, n)
+    move = rng.normal(0, 2, n)
+    actual = last + factor * move + rng.normal(0, noise, n) if noise else last + factor * move
+    return actual, last + move, last
+
+
+def test_the_move_weight_keeps_a_model_whose_moves_come_true(rng):
+    g = LiveSkill()
+    actual, model, last = _moves(rng)
+    feed(g, actual, model, last)
+    assert g.move_weight() == pytest.approx(1.0)
+
+
+def test_the_move_weight_halves_a_model_that_moves_twice_as_far_as_the_series(rng):
+    g = LiveSkill()
+    actual, model, last = _moves(rng, factor=0.5)
+    feed(g, actual, model, last)
+    assert g.move_weight() == pytest.approx(0.5)
+    assert not g.drifted  # it beats the last value (ratio 0.5): no fallback, only a smaller move
+
+
+def test_the_move_weight_drops_towards_zero_when_the_moves_are_noise(rng):
+    g = LiveSkill()
+    actual, model, last = _moves(rng, factor=0.0, noise=2.0)
+    feed(g, actual, model, last)
+    assert 0.0 <= g.move_weight() < 0.25
+    g2 = LiveSkill()
+    feed(g2, *_moves(rng, factor=-1.0))  # moves the wrong way every time: clipped at 0, never negative
+    assert g2.move_weight() == 0.0
+
+
+def test_the_move_weight_is_one_before_min_points_and_while_the_model_sits_on_the_last_value(rng):
+    g = LiveSkill(DriftSettings(min_points=12))
+    actual, model, last = _moves(rng, n=11, factor=0.0, noise=2.0)
+    feed(g, actual, model, last)
+    assert g.move_weight() == 1.0
+    flat = LiveSkill(DriftSettings(min_points=1))
+    feed(flat, [1.0, 2.0, 3.0], [5.0] * 3, [5.0] * 3)  # no move to weigh
+    assert flat.move_weight() == 1.0
+
+
+def test_a_refit_inherits_the_move_weight_and_its_own_points_take_over(rng):
+    old = LiveSkill(model_name="ar")
+    feed(old, *_moves(rng, factor=0.0, noise=6.0))  # moves that are noise, too small to lose by 1.5x
+    assert old.move_weight() < 0.25 and not old.drifted
+    new = old.handover("ets")
+    assert new.points == 0 and new.move_weight() == old.move_weight()  # the series' evidence, not the model's
+    feed(new, *_moves(rng, n=300, factor=1.0))  # the new model's moves come true
+    assert new.move_weight() > 0.95
+
+
+def test_a_check_pickled_before_the_move_weight_existed_still_loads_and_weighs_nothing():
+    import pickle
+
+    g = LiveSkill()
+    feed(g, [1.0] * 20, [2.0] * 20, [1.5] * 20)
+    for name in ("_move_points", "_move_gain", "_move_size"):
+        del g.__dict__[name]  # what an older checkpoint holds
+    back = pickle.loads(pickle.dumps(g))
+    assert back.move_weight() == 1.0
+    back.observe(1.0, 2.0, 1.5)
+    assert back._move_points == 1
