@@ -6,7 +6,11 @@ side in ONE run, plus the cost of refreshing 1,000 series' forecasts from new da
 ``auto`` were chosen on it) or odd (holdout, the default: the headline), as bench/replay_all.py
 splits them. ``auto`` is what ships: the selection with its lead-step guard, served through the
 trainer's live check (the previous origin's fit refreshed at every sample up to the origin and
-scored against persistence; a fallback it triggers is kept by the refit: forecaster/backtest_live.py).
+scored against persistence; a fallback it triggers is kept by the refit, and the lead steps move
+from the last value only as far as the live points support: forecaster/backtest_live.py).
+The h=1 tail is also given at every shift of the origin grid (the 144 samples after each origin):
+with 14 forecasts per series, how many series land above 1.1x at the protocol's origins is partly
+their luck, and the average over the shifts says how much.
 Four benchmark-only rows from the same candidate fits, none with the live check, show the
 history: ``auto_before_guard`` (no guard), ``auto_guard_e4b3f37`` (the first guard: persistence at
 h=1 unless the model wins by 3 standard errors), ``auto_guard_no_season`` (the shipped guard

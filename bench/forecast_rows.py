@@ -88,6 +88,42 @@ def every_step_ratios(forecasts: dict) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index").sort_values("ratio", ascending=False)
 
 
+def origin_phase_tail(forecasts: dict, limit: float = 1.1) -> dict | None:
+    """How much the tail at the protocol's origins is the origins' luck: the h=1 ratio per series
+    at every shift of the origin grid (the samples 0, 1, ..., spacing - 1 after each origin;
+    14 forecasts per series at each shift, as at the origins themselves), from the one-step
+    forecasts the trainer served at every sample. Returns, over the shifts, the mean and the
+    range of the number of series above ``limit``, and that number at shift 0 (the origins)."""
+    n_series = 0
+    per_series = []
+    for origins in forecasts.values():
+        parts = [o.steps for o in origins if o.steps is not None and len(o.steps)]
+        if len(origins) < 2 or not parts:
+            continue
+        st = np.vstack(parts)
+        st = st[np.isfinite(st[:, 1]) & np.isfinite(st[:, 3])]
+        first, spacing = int(origins[0].origin), int(np.median(np.diff([o.origin for o in origins])))
+        phase = (st[:, 0].astype(int) - first) % spacing
+        ea, ep = np.abs(st[:, 1] - st[:, 2]), np.abs(st[:, 1] - st[:, 3])
+        r = np.full(spacing, np.nan)
+        for k in range(spacing):
+            m = phase == k
+            if m.any():
+                a, b = ea[m].mean(), ep[m].mean()
+                r[k] = 1.0 if a == b == 0 else (a / b if b > 0 else np.inf)
+        per_series.append(r)
+        n_series += 1
+    if not per_series:
+        return None
+    width = min(len(r) for r in per_series)
+    grid = np.vstack([r[:width] for r in per_series])
+    counts = np.sum(grid > limit, axis=0)
+    return {"series": n_series, "shifts": int(width), "limit": limit, "above_at_origins": int(counts[0]),
+            "above_mean": float(counts.mean()), "above_min": int(counts.min()), "above_max": int(counts.max()),
+            "shifts_with_none_above": float(np.mean(counts == 0)),
+            "share_above_mean": float(counts.mean() / n_series)}
+
+
 def live_report(forecasts: dict, ratios: pd.DataFrame | None) -> tuple[dict, dict | None]:
     """Prints where the live check served persistence at an origin, and the h=1 tail over every
     sample (added to ``ratios`` as ``every_step_ratio``); returns both for the JSON."""
@@ -102,6 +138,13 @@ def live_report(forecasts: dict, ratios: pd.DataFrame | None) -> tuple[dict, dic
     print(f"h=1 at every sample from the first origin to the last ({int(steps['steps'].sum())} one-step "
           f"forecasts): auto / persistence per series max {every_step['max']:.2f}x, median "
           f"{every_step['median']:.3f}x, {every_step['above_1.1']} of {every_step['series']} above 1.1x")
+    phases = origin_phase_tail(forecasts)
+    if phases:
+        every_step["origin_shifts"] = phases
+        print(f"h=1 at the origins shifted by 0..{phases['shifts'] - 1} samples (14 forecasts per series at each): "
+              f"series above 1.1x {phases['above_at_origins']} at the origins, {phases['above_mean']:.2f} on average "
+              f"({phases['share_above_mean']:.1%}; {phases['above_min']}-{phases['above_max']}), none above at "
+              f"{phases['shifts_with_none_above']:.0%} of the shifts")
     if ratios is not None:
         ratios["every_step_ratio"] = steps["ratio"].reindex(ratios.index)
     return live, every_step
