@@ -68,6 +68,23 @@ def live_fallbacks(forecasts: dict) -> dict:
             "refits_between_origins": refits}
 
 
+def _served_steps(origins) -> np.ndarray | None:
+    """The one-step rows the trainer served between a series' origins (sample t, the value at
+    t + 1, auto's forecast of it, the value at t: persistence's), stacked, where the value at
+    t + 1 is known; None when there are none."""
+    parts = [o.steps for o in origins if o.steps is not None and len(o.steps)]
+    if not parts:
+        return None
+    st = np.vstack(parts)
+    st = st[np.isfinite(st[:, 1])]
+    return st if len(st) else None
+
+
+def _mae_ratio(auto: float, persistence: float) -> float:
+    """auto's MAE over persistence's: 1 when both are exact, inf when only persistence is."""
+    return 1.0 if auto == persistence == 0 else (auto / persistence if persistence > 0 else np.inf)
+
+
 def every_step_ratios(forecasts: dict) -> pd.DataFrame:
     """Per series: the one-step forecast the trainer served at EVERY sample from the first
     origin to the last (about 1,900 per series; live check and drift refits included), its MAE and
@@ -75,33 +92,27 @@ def every_step_ratios(forecasts: dict) -> pd.DataFrame:
     origins of the protocol."""
     rows = {}
     for sid, origins in forecasts.items():
-        parts = [o.steps for o in origins if o.steps is not None and len(o.steps)]
-        if not parts:
-            continue
-        st = np.vstack(parts)
-        st = st[np.isfinite(st[:, 1])]
-        if not len(st):
+        st = _served_steps(origins)
+        if st is None:
             continue
         ma, mp = float(np.mean(np.abs(st[:, 1] - st[:, 2]))), float(np.mean(np.abs(st[:, 1] - st[:, 3])))
-        rows[sid] = {"mae_auto": ma, "mae_persistence": mp, "steps": len(st),
-                     "ratio": 1.0 if ma == mp == 0 else (ma / mp if mp > 0 else np.inf)}
+        rows[sid] = {"mae_auto": ma, "mae_persistence": mp, "steps": len(st), "ratio": _mae_ratio(ma, mp)}
     return pd.DataFrame.from_dict(rows, orient="index").sort_values("ratio", ascending=False)
 
 
 def origin_phase_tail(forecasts: dict, limit: float = 1.1) -> dict | None:
     """How much the tail at the protocol's origins is the origins' luck: the h=1 ratio per series
     at every shift of the origin grid (the samples 0, 1, ..., spacing - 1 after each origin;
-    14 forecasts per series at each shift, as at the origins themselves), from the one-step
+    one forecast per origin at each shift, as at the origins themselves), from the one-step
     forecasts the trainer served at every sample. Returns, over the shifts, the mean and the
     range of the number of series above ``limit``, and that number at shift 0 (the origins)."""
     n_series = 0
     per_series = []
     for origins in forecasts.values():
-        parts = [o.steps for o in origins if o.steps is not None and len(o.steps)]
-        if len(origins) < 2 or not parts:
+        st = _served_steps(origins) if len(origins) >= 2 else None
+        if st is None:
             continue
-        st = np.vstack(parts)
-        st = st[np.isfinite(st[:, 1]) & np.isfinite(st[:, 3])]
+        st = st[np.isfinite(st[:, 3])]
         first, spacing = int(origins[0].origin), int(np.median(np.diff([o.origin for o in origins])))
         phase = (st[:, 0].astype(int) - first) % spacing
         ea, ep = np.abs(st[:, 1] - st[:, 2]), np.abs(st[:, 1] - st[:, 3])
@@ -110,7 +121,7 @@ def origin_phase_tail(forecasts: dict, limit: float = 1.1) -> dict | None:
             m = phase == k
             if m.any():
                 a, b = ea[m].mean(), ep[m].mean()
-                r[k] = 1.0 if a == b == 0 else (a / b if b > 0 else np.inf)
+                r[k] = _mae_ratio(a, b)
         per_series.append(r)
         n_series += 1
     if not per_series:
@@ -141,7 +152,7 @@ def live_report(forecasts: dict, ratios: pd.DataFrame | None) -> tuple[dict, dic
     phases = origin_phase_tail(forecasts)
     if phases:
         every_step["origin_shifts"] = phases
-        print(f"h=1 at the origins shifted by 0..{phases['shifts'] - 1} samples (14 forecasts per series at each): "
+        print(f"h=1 at the origins shifted by 0..{phases['shifts'] - 1} samples (one forecast per origin at each): "
               f"series above 1.1x {phases['above_at_origins']} at the origins, {phases['above_mean']:.2f} on average "
               f"({phases['share_above_mean']:.1%}; {phases['above_min']}-{phases['above_max']}), none above at "
               f"{phases['shifts_with_none_above']:.0%} of the shifts")
