@@ -106,7 +106,6 @@ def origin_phase_tail(forecasts: dict, limit: float = 1.1) -> dict | None:
     one forecast per origin at each shift, as at the origins themselves), from the one-step
     forecasts the trainer served at every sample. Returns, over the shifts, the mean and the
     range of the number of series above ``limit``, and that number at shift 0 (the origins)."""
-    n_series = 0
     per_series = []
     for origins in forecasts.values():
         st = _served_steps(origins) if len(origins) >= 2 else None
@@ -123,9 +122,9 @@ def origin_phase_tail(forecasts: dict, limit: float = 1.1) -> dict | None:
                 a, b = ea[m].mean(), ep[m].mean()
                 r[k] = _mae_ratio(a, b)
         per_series.append(r)
-        n_series += 1
     if not per_series:
         return None
+    n_series = len(per_series)
     width = min(len(r) for r in per_series)
     grid = np.vstack([r[:width] for r in per_series])
     counts = np.sum(grid > limit, axis=0)
