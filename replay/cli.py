@@ -39,9 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "deployment runs); default: a default deployment's")
     p.add_argument("--models", default=None,
                    help="override training.models for the predictive modes, comma-separated (auto, ar, ...)")
-    p.add_argument("--violation-cost-pods", type=float, default=None,
-                   help="override serving.violation_cost_pods: how many pod-minutes one minute of SLO "
-                        "violation is worth when the trainer chooses each workload's headroom (default 150)")
+    p.add_argument("--slo-minutes-per-day", type=float, default=None,
+                   help="override serving.slo_minutes_per_day: the SLO each workload's serving policy meets on its "
+                        "own history (minutes a day above serving.slo_utilization of ready capacity)")
     p.add_argument("--pods-at-p99", type=float, default=20.0, help="pods the trace's p99 needs at 70%% (default 20)")
     p.add_argument("--max-replicas", type=int, default=100)
     p.add_argument("--min-replicas", type=int, default=1)
@@ -75,11 +75,11 @@ def _pipeline(args):
         except Exception as exc:  # noqa: BLE001 - unknown model names
             raise UserError(f"--models {args.models!r}: {exc}") from exc
         training = replace(training, models=models)
-    if args.violation_cost_pods is not None:
-        serving = replace(serving, violation_cost_pods=args.violation_cost_pods)
+    if args.slo_minutes_per_day is not None:
+        serving = replace(serving, slo_minutes_per_day=args.slo_minutes_per_day)
     problems = serving.problems("serving", published=[quantile_key(q) for q in training.quantiles])
     if problems:
-        raise UserError("; ".join(problems).replace("serving.violation_cost_pods", "--violation-cost-pods"))
+        raise UserError("; ".join(problems).replace("serving.slo_minutes_per_day", "--slo-minutes-per-day"))
     return PipelineConfig(training=training, serving=serving)
 
 
@@ -175,7 +175,7 @@ def run_replay(args: argparse.Namespace) -> int:
         "trainer (production)": f"models {','.join(cfg.pipeline.training.models)}, retrain every "
         f"{cfg.pipeline.training.retrain_interval_seconds / 3600:g} h on {cfg.pipeline.history_days:g} days, quantiles "
         f"{', '.join(f'{q:g}' for q in cfg.pipeline.training.quantiles)}",
-        "serving policy (chosen per workload)": f"violation cost {cfg.pipeline.serving.violation_cost_pods:g} pod-minutes per minute, "
+        "serving policy (chosen per workload)": f"SLO {cfg.pipeline.serving.slo_minutes_per_day:g} violation minutes a day, "
         f"quantiles {'/'.join(cfg.pipeline.serving.quantiles)}, sources {'/'.join(cfg.pipeline.serving.sources)}",
         "train / replay days": f"{cfg.train_days:g} / {cfg.replay_days:g}",
         "replicas": f"{cfg.min_replicas}-{cfg.max_replicas}",
@@ -183,8 +183,16 @@ def run_replay(args: argparse.Namespace) -> int:
     }
     report.write_report(out / "report.html", rows, figures, settings, errors)
     print(f"wrote {out / 'summary.csv'}, {out / 'forecast_error.csv'} and {out / 'report.html'}")
-    for m in modes:
-        slo = sum(r["slo_violation_minutes"] for r in rows if r["mode"] == m)
-        rm = sum(r["replica_minutes"] for r in rows if r["mode"] == m)
-        print(f"  {m:16s} SLO-violation min {slo:10.1f}   replica-min {rm:12.0f}")
+    pops = sorted({r["population"] for r in rows})
+    for pop in (["all"] if len(pops) == 1 else ["all", *pops]):
+        print(f"{pop}: {len({r['series_id'] for r in rows if pop == 'all' or r['population'] == pop})} series" +
+              ("" if pop != "all" or len(pops) > 1 else f" ({pops[0]})"))
+        for m in modes:
+            mine = [r for r in rows if r["mode"] == m and (pop == "all" or r["population"] == pop)]
+            slo = sum(r["slo_violation_minutes"] for r in mine)
+            rm = sum(r["replica_minutes"] for r in mine)
+            rises = sum(r.get("rises", 0) for r in mine)
+            ready = (f"   Ready before {sum(r['rises'] * r['ready_in_time_share'] for r in mine if r.get('rises')) / rises:4.0%} "
+                     f"of {rises} rises" if rises else "")
+            print(f"  {m:16s} SLO-violation min {slo:10.1f}   replica-min {rm:12.0f}{ready}")
     return 0

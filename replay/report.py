@@ -21,7 +21,12 @@ SUMMARY_COLUMNS = [
     "underprovisioned_core_minutes",
     "replica_minutes",
     "scale_events",
+    "population",  # replay.population: daily (a daily rhythm) or bursty
+    "rises",  # the reactive HPA's raises where demand had outgrown its pods (replay.rises)
+    "ready_in_time_share",  # the share of them this mode had more pods Ready for before that moment
+    "median_lead_seconds",  # how long before (negative: after) the moment, median over the rises
 ]
+TOTAL_COLUMNS = SUMMARY_COLUMNS[2:6]
 MODE_COLORS = {"reactive": "tab:red", "predictive": "tab:blue", "oracle": "black"}
 
 
@@ -134,7 +139,13 @@ def scatter_figure(rows: Sequence[dict]) -> str:
 
 def write_report(path: Path, rows: Sequence[dict], figures: Sequence[tuple[str, str]], settings: dict, errors: Sequence[dict]) -> None:
     modes = sorted({r["mode"] for r in rows}, key=lambda m: list(MODE_COLORS).index(m) if m in MODE_COLORS else 9)
-    tot = {m: {k: sum(r[k] for r in rows if r["mode"] == m) for k in SUMMARY_COLUMNS[2:]} for m in modes}
+    tot = {m: {k: sum(r[k] for r in rows if r["mode"] == m) for k in TOTAL_COLUMNS} for m in modes}
+    for m in modes:
+        ours = [r for r in rows if r["mode"] == m and r.get("rises")]
+        n = sum(r["rises"] for r in ours)
+        tot[m]["rises"] = n
+        tot[m]["in_time"] = sum(r["rises"] * r["ready_in_time_share"] for r in ours) / n if n else float("nan")
+        tot[m]["lead"] = float(np.median([r["median_lead_seconds"] for r in ours])) if ours else float("nan")
     ref = tot.get("reactive")
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>foresight replay</title>",
@@ -144,10 +155,14 @@ def write_report(path: Path, rows: Sequence[dict], figures: Sequence[tuple[str, 
         "<h1>foresight replay</h1>",
         "<p>What the HPA v2 controller would have done on this traffic with a reactive CPU target, with "
         "foresight's predicted metric (same rule the adapter serves), and with perfect "
-        "knowledge of the next minutes (oracle). SLO violation: demand above 90% of ready capacity.</p>",
+        "knowledge of the next minutes (oracle). SLO violation: demand above 90% of ready capacity. "
+        "Ready before the rise: at every raise of the reactive HPA, whether the mode already had more pods Ready "
+        "than the reactive HPA had when demand outgrew them (at its target), and by how long (the median over "
+        "series of each series' median lead; capped at 30 minutes).</p>",
         "<h2>Settings</h2><table>" + "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in settings.items()) + "</table>",
         "<h2>Totals</h2><table><tr><th>mode</th><th>SLO-violation min</th><th>under-provisioned core-min</th><th>replica-min</th><th>scale events</th>"
-        + ("<th>SLO vs reactive</th><th>cost vs reactive</th>" if ref else "") + "</tr>",
+        + ("<th>SLO vs reactive</th><th>cost vs reactive</th><th>Ready before the rise</th><th>median lead (s)</th>" if ref else "")
+        + "</tr>",
     ]
     for m in modes:
         t = tot[m]
@@ -156,6 +171,8 @@ def write_report(path: Path, rows: Sequence[dict], figures: Sequence[tuple[str, 
             s = t["slo_violation_minutes"] / ref["slo_violation_minutes"] if ref["slo_violation_minutes"] else float("nan")
             c = t["replica_minutes"] / ref["replica_minutes"] if ref["replica_minutes"] else float("nan")
             cells += f"<td>{s:.2f}x</td><td>{c:.2f}x</td>"
+            cells += ("<td>-</td><td>-</td>" if m == "reactive" or not t["rises"] else
+                      f"<td>{t['in_time']:.0%} of {t['rises']} rises</td><td>{t['lead']:.0f}</td>")
         parts.append(f"<tr>{cells}</tr>")
     parts.append("</table>")
     if errors:
@@ -167,6 +184,6 @@ def write_report(path: Path, rows: Sequence[dict], figures: Sequence[tuple[str, 
         parts.append(f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' src='data:image/png;base64,{b64}'>")
     parts.append("<h2>Per series</h2><table><tr>" + "".join(f"<th>{c}</th>" for c in SUMMARY_COLUMNS) + "</tr>")
     for r in rows:
-        parts.append("<tr>" + "".join(f"<td>{html.escape(str(r[c]))}</td>" for c in SUMMARY_COLUMNS) + "</tr>")
+        parts.append("<tr>" + "".join(f"<td>{html.escape(str(r.get(c, '')))}</td>" for c in SUMMARY_COLUMNS) + "</tr>")
     parts.append("</table></body></html>")
     Path(path).write_text("\n".join(parts))

@@ -10,6 +10,8 @@ import numpy as np
 
 from forecaster.models import Model
 from replay.pipeline import fleet_globals
+from replay.population import population
+from replay.rises import rise_readiness, summarize_leads
 from replay.simulate import ReplayConfig, make_world, production_feed, run_mode
 
 
@@ -65,10 +67,17 @@ def replay_series(work: ReplayWork, item: tuple[str, np.ndarray, np.ndarray, boo
         return out
     feed = production_feed(world, cfg, work.prototypes or None) if any(m.startswith("predictive") for m in modes) else None
     results = {}
+    pop = population(np.asarray(v, dtype="float64"))
     for mode in modes:
         r = run_mode(world, mode, cfg, feed if mode.startswith("predictive") else None)
         results[mode] = r
-        out.rows.append(r.row())
+    ref = results.get("reactive")
+    for mode, r in results.items():
+        row = {**r.row(), "population": pop}
+        if ref is not None and mode != "reactive":  # when its pods were Ready at the reactive HPA's rises
+            row.update(summarize_leads(rise_readiness(world.t, world.demand, ref.replicas, r.ready, cfg.cpu_request_cores,
+                                                      cfg.target)))
+        out.rows.append(row)
     if feed is not None:
         out.error = {"series_id": sid, **feed.summary(), **feed.error(world.sample_ts, world.sample_cores, world.t0)}
     if plots:

@@ -26,7 +26,11 @@ def test_replay_writes_the_summary_columns_and_a_report_with_plots(tmp_path, cap
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == [
         "series_id", "mode", "slo_violation_minutes", "underprovisioned_core_minutes", "replica_minutes", "scale_events",
+        "population", "rises", "ready_in_time_share", "median_lead_seconds",
     ]
+    assert {r["population"] for r in rows} <= {"daily", "bursty"}
+    assert rows[0]["rises"] == ""  # the reactive HPA is the reference the others are measured at
+    assert "Ready before the rise" in (out / "report.html").read_text()
     assert [r["mode"] for r in rows] == ["reactive", "predictive", "oracle"]
     assert all(r["series_id"] == SID for r in rows)
     # one day at 15 s steps with >= 1 replica: at least 1440 replica-minutes per mode
@@ -56,9 +60,9 @@ def test_replay_says_which_flag_fixes_a_too_short_trace(tmp_path, capsys):
 
 
 def test_replay_names_the_flag_and_the_fix_for_a_bad_override(tmp_path, capsys):
-    rc = main(["replay", "--data", str(DATA), "--series", SID, "--violation-cost-pods", "-3", "--out", str(tmp_path)])
+    rc = main(["replay", "--data", str(DATA), "--series", SID, "--slo-minutes-per-day", "-3", "--out", str(tmp_path)])
     assert rc == 2
-    assert "--violation-cost-pods" in capsys.readouterr().err
+    assert "--slo-minutes-per-day" in capsys.readouterr().err
     rc = main(["replay", "--data", str(DATA), "--series", SID, "--models", "crystal-ball", "--out", str(tmp_path)])
     assert rc == 2
     err = capsys.readouterr().err
@@ -92,10 +96,10 @@ def test_replay_takes_training_and_serving_from_a_workload_config(tmp_path):
 
     conf = tmp_path / "w.yaml"
     conf.write_text("training: {models: [ar], quantiles: [0.5, 0.75]}\n"
-                    "serving: {violation_cost_pods: 20, quantiles: [p75]}\n"
+                    "serving: {slo_minutes_per_day: 20, quantiles: [p75]}\n"
                     "workloads: [{namespace: a, name: b}]\n")
     p = argparse.ArgumentParser()
     cli.register(p.add_subparsers())
     cfg = cli._config(p.parse_args(["replay", "--data", str(DATA), "--out", "x", "--config", str(conf)]))
     assert cfg.pipeline.training.models == ("ar",)
-    assert cfg.pipeline.serving.violation_cost_pods == 20 and cfg.pipeline.serving.quantiles == ("p75",)
+    assert cfg.pipeline.serving.slo_minutes_per_day == 20 and cfg.pipeline.serving.quantiles == ("p75",)
