@@ -53,9 +53,9 @@ def _pipeline(training: dict | None = None, serving: dict | None = None):
 MAIN_VARIANTS = {
     "ours": ("predictive", {}, {}),
 }
-COST_VARIANTS = {  # serving.violation_cost_pods, the one documented knob of the policy (default 300)
-    "ours cost 150": ("predictive", {}, {"violation_cost_pods": 150.0}),
-    "ours cost 600": ("predictive", {}, {"violation_cost_pods": 600.0}),
+COST_VARIANTS = {  # serving.slo_minutes_per_day, the one documented knob of the policy
+    "ours slo 1": ("predictive", {}, {"slo_minutes_per_day": 1.0}),
+    "ours slo 5": ("predictive", {}, {"slo_minutes_per_day": 5.0}),
 }
 MARGIN_VARIANTS = {  # serving.model_margin: the share of persistence's avoidable cost the model must save
     "ours margin 0.3": ("predictive", {}, {"model_margin": 0.3}),
@@ -146,21 +146,33 @@ def _replay_one(args):
 
     from replay.simulate import PREDICTIVE_SCALE_DOWN_WINDOW_SECONDS
 
+    from replay.population import daily_strength, population
+    from replay.rises import rise_readiness, summarize_leads
+
     base = _base(startup_kind, replay_days)
     world = make_world(sid, ts, v, base)
+    pop = {"population": population(v), "daily_strength": round(daily_strength(v), 4)}
     rows = []
+    ref = None
     for window in REACTIVE_WINDOWS:
         for tg in REACTIVE_TARGETS:
             w = PREDICTIVE_SCALE_DOWN_WINDOW_SECONDS if window is None else window
             r = run_mode(world, "reactive", replace(base, target=tg, scale_down_window_seconds=w))
-            rows.append({**r.row(), "variant": reactive_name(tg, window), "target": tg, "window": w})
+            rows.append({**r.row(), **pop, "variant": reactive_name(tg, window), "target": tg, "window": w})
+            if tg == 0.7 and window == 300:
+                ref = r
+
+    def readiness(r) -> dict:
+        """The rises of the reference reactive HPA (0.7, 300 s) and this mode's ready pods at them."""
+        return summarize_leads(rise_readiness(world.t, world.demand, ref.replicas, r.ready, base.cpu_request_cores, 0.7))
+
     r = run_mode(world, "oracle", base)
-    rows.append({**r.row(), "variant": "oracle", "target": 0.7})
+    rows.append({**r.row(), **pop, **readiness(r), "variant": "oracle", "target": 0.7})
     feeds = {}
     for name, (mode, tr, sv, *rest) in variants.items():
         if mode == "reactive":  # a reactive variant with other HPA settings (not on the frontier)
             r = run_mode(world, "reactive", replace(base, **rest[0]))
-            rows.append({**r.row(), "variant": name, "target": base.target})
+            rows.append({**r.row(), **pop, "variant": name, "target": base.target})
             continue
         cfg = replace(base, pipeline=_pipeline(tr, sv), **(rest[0] if rest else {}))
         key = (repr(sorted(tr.items())), repr(sorted(sv.items())))
@@ -169,7 +181,7 @@ def _replay_one(args):
         feed = feeds[key]
         r = run_mode(world, mode, cfg, feed)
         info = feed.summary()
-        rows.append({**r.row(), "variant": name, "target": cfg.target, **feed.error(world.sample_ts, world.sample_cores, world.t0),
+        rows.append({**r.row(), **pop, **readiness(r), "variant": name, "target": cfg.target, **feed.error(world.sample_ts, world.sample_cores, world.t0),
                      "median_headroom": info["median_headroom"], "persistence_days": info["persistence_days"],
                      "fits": info["fits"], "fit_cpu_seconds": info["fit_cpu_seconds"],
                      "refresh_cpu_seconds": info["refresh_cpu_seconds"], "models": json.dumps(info["models"]), **{f"src_{k}": n for k, n in r.extra.get("served_sources", {}).items()}})
@@ -264,6 +276,58 @@ def analyse(df: pd.DataFrame, headline: str) -> dict:
     return {"totals": tot, "medians": med, "per_series": per}
 
 
+POPULATIONS = ("all", "daily", "bursty")
+
+
+def by_population(df: pd.DataFrame, variant: str = "ours") -> dict:
+    """The headline of ``variant`` for every population (``replay.population``): totals against
+    reactive 0.7 (300 s) and the oracle, per-series cost ranges, equal-cost wins, scale events
+    and the rises it had pods Ready in time for."""
+    out = {}
+    for pop in POPULATIONS:
+        d = df if pop == "all" else df[df.population == pop]
+        if variant not in set(d.variant):
+            continue
+        tot = d.groupby("variant")[["slo_violation_minutes", "replica_minutes", "scale_events"]].sum()
+        r70, orc, ours = tot.loc["reactive t0.70"], tot.loc["oracle"], tot.loc[variant]
+        per = analyse(d, variant)["per_series"][variant]
+        piv = d.pivot_table(index="series_id", columns="variant", values="replica_minutes")
+        cost_each = piv[variant] / piv["reactive t0.70"]
+        most = piv[[c for c in piv.columns if c.startswith("reactive")]].max(axis=1)
+        rises = d[d.variant == variant][["rises", "ready_in_time_share", "median_lead_seconds"]].dropna(subset=["rises"])
+        o_rises = d[d.variant == "oracle"][["rises", "ready_in_time_share"]]
+        n_r = float(rises.rises.sum())
+        out[pop] = {
+            "series": int(d.series_id.nunique()),
+            "slo_x_r70": float(ours.slo_violation_minutes / max(r70.slo_violation_minutes, 1e-9)),
+            "cost_x_r70": float(ours.replica_minutes / r70.replica_minutes),
+            "cost_x_oracle": float(ours.replica_minutes / orc.replica_minutes),
+            "oracle_cost_x_r70": float(orc.replica_minutes / r70.replica_minutes),
+            "cost_x_r70_each_min": float(cost_each.min()), "cost_x_r70_each_max": float(cost_each.max()),
+            "series_above_1.25x_cost": int((cost_each > 1.25).sum()),
+            "series_above_most_expensive_reactive": int((piv[variant] > most + 1e-9).sum()),
+            "equal_cost_win_fraction": per["win_fraction"],
+            "scale_events_x_oracle": float(ours.scale_events / max(orc.scale_events, 1)),
+            "rises": int(n_r),
+            "ready_in_time_share": float((rises.rises * rises.ready_in_time_share).sum() / n_r) if n_r else float("nan"),
+            "median_lead_seconds_of_series": float(rises.median_lead_seconds.median()) if len(rises) else float("nan"),
+            "oracle_ready_in_time_share": float((o_rises.rises * o_rises.ready_in_time_share).sum() / max(float(o_rises.rises.sum()), 1)),
+        }
+    return out
+
+
+def print_populations(pops: dict, variant: str) -> None:
+    print(f"\nBY POPULATION ({variant}; daily rhythm: replay.population, F >= its DAILY_RHYTHM_MIN)")
+    for pop, p in pops.items():
+        print(f"  {pop:7s} {p['series']:3d} series: SLO {p['slo_x_r70']:.3f}x reactive(0.7, 300 s) at {p['cost_x_r70']:.3f}x its "
+              f"replica-minutes ({p['cost_x_r70_each_min']:.2f}-{p['cost_x_r70_each_max']:.2f}x each, {p['series_above_1.25x_cost']} above 1.25x; "
+              f"oracle {p['oracle_cost_x_r70']:.3f}x; ours {p['cost_x_oracle']:.3f}x the oracle's); "
+              f"equal-cost wins {p['equal_cost_win_fraction']:.0%}; above the most expensive reactive {p['series_above_most_expensive_reactive']}; "
+              f"scale events {p['scale_events_x_oracle']:.2f}x the oracle's; pods Ready before the load outgrew the "
+              f"capacity on {p['ready_in_time_share']:.0%} of {p['rises']} rises (oracle {p['oracle_ready_in_time_share']:.0%}), "
+              f"median lead {p['median_lead_seconds_of_series']:.0f} s (median of series)")
+
+
 def plot_examples(df: pd.DataFrame, per: dict, series, variants: dict, startup_kind: str, tag: str, results: Path) -> list[str]:
     """Re-run the series where ours loses worst at equal cost (and the one it wins best) and
     draw demand / ready capacity / replicas for reactive 70%, the reactive target closest to
@@ -307,13 +371,15 @@ def main(argv=None) -> int:
     ap.add_argument("--every", type=int, default=1, help="replay every N-th series (tuning)")
     ap.add_argument("--offset", type=int, default=0, help="start the every-N-th selection at this series (a second tuning subset)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--population", default="all", choices=POPULATIONS,
+                    help="replay only the series of this population (replay.population: daily rhythm or bursty)")
     ap.add_argument("--part", default="all", choices=["all", "tune", "holdout"],
                     help="tune: the series whose SHA-1(id) is even (defaults are chosen on them); holdout: the others (the headline)")
     add_quick_args(ap, "one bundled series, two replayed days, one worker, no example plots")
     ap.add_argument("--variants", default="main", choices=["main", "costs", "states", "reference", "windows", "margins",
                                                           "candidates", "sources"],
                     help="main: ours (a default deployment); costs: main plus two other "
-                         "serving.violation_cost_pods settings; states: main plus one headroom at all times "
+                         "serving.slo_minutes_per_day settings; states: main plus one headroom at all times "
                          "(serving.peak_gap_states: 1) and the 60 s scale-down window; reference: main plus "
                          "the simple AR predictor; windows: the scale-down window; margins: main plus two "
                          "serving.model_margin settings; candidates: main plus training.models "
@@ -331,7 +397,12 @@ def main(argv=None) -> int:
                 "margins": {**MAIN_VARIANTS, **MARGIN_VARIANTS},
                 "candidates": {**MAIN_VARIANTS, **CANDIDATE_VARIANTS},
                 "sources": {**MAIN_VARIANTS, **SOURCE_VARIANTS}}[args.variants]
-    series = load_series(part=args.part, quick=args.quick)[args.offset :: args.every]
+    series = load_series(part=args.part, quick=args.quick)
+    if args.population != "all":
+        from replay.population import population
+
+        series = [x for x in series if population(x[2]) == args.population]
+    series = series[args.offset :: args.every]
     replay_days = None
     if args.quick:
         series, replay_days, args.workers = series[:1], 2.0, 1
@@ -357,7 +428,7 @@ def main(argv=None) -> int:
     elapsed = time.time() - t_start
     df = pd.DataFrame(rows)
     results.mkdir(parents=True, exist_ok=True)
-    tag = "".join(f"_{t}" for t in (args.part if args.part != "all" else "", args.tag, "quick" if args.quick else "") if t)
+    tag = "".join(f"_{t}" for t in (args.part if args.part != "all" else "", args.population if args.population != "all" else "", args.tag, "quick" if args.quick else "") if t)
     df.to_csv(results / f"replay_per_series{tag}.csv", index=False)
     res = analyse(df, "ours")
     tot, med, per = res["totals"], res["medians"], res["per_series"]
@@ -374,6 +445,9 @@ def main(argv=None) -> int:
               f"median SLO ratio vs r70 {p['median_slo_ratio_vs_r70_plus1']:.2f}, median cost ratio {p['median_cost_ratio_vs_r70']:.2f}")
         summary[v] = {k: x for k, x in p.items() if k != "rows"}
         pd.DataFrame(p["rows"]).to_csv(results / f"replay_equal_cost_{v.replace(' ', '_').replace('+', 'plus')}{tag}.csv", index=False)
+    pops = {v: by_population(df, v) for v in per}
+    for v, p in pops.items():
+        print_populations(p, v)
     cost = trainer_cost(df, global_seconds)
     print("\nTRAINER CPU per workload (the production trainer's steps; process CPU seconds)")
     for v, c in cost.items():
@@ -396,6 +470,7 @@ def main(argv=None) -> int:
         "totals": json.loads(tot.to_json(orient="index")),
         "medians": json.loads(med.to_json(orient="index")),
         "per_series_equal_cost": summary,
+        "by_population": pops,
         "trainer_cpu": cost,
         "forecast_error_ours_median": json.loads(errs.median().to_json()) if len(errs) else {},
         "forecast_error_ours_mean": json.loads(errs.mean().to_json()) if len(errs) else {},
