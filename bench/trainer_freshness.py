@@ -212,7 +212,7 @@ def edit_one(sched, store) -> dict:
 
     cfg = sched.config
     w0 = cfg.workloads[0]
-    serving = dataclasses.replace(cfg.serving, violation_cost_pods=cfg.serving.violation_cost_pods * 2)
+    serving = dataclasses.replace(cfg.serving, slo_minutes_per_day=cfg.serving.slo_minutes_per_day * 2)
     edited = dataclasses.replace(cfg, workloads=(dataclasses.replace(w0, serving=serving),) + tuple(cfg.workloads[1:]))
     others = [w.series_id for w in cfg.workloads[1:]]
     models = {sid: getattr(store.latest(sid), "model", None) for sid in others}

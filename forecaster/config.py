@@ -23,7 +23,8 @@ training:
   engine: local                       # or ray: the per-series fits run as Ray tasks (manifests/ray/)
   ray_address: ray://foresight-ray-head-svc.foresight:10001   # with engine: ray (default $RAY_ADDRESS)
 serving:                              # optional: how each workload's serving policy is chosen
-  violation_cost_pods: 300            # one minute of SLO violation is worth this many pod-minutes
+  slo_minutes_per_day: 3              # the SLO: at most 3 minutes a day above slo_utilization of ready capacity
+  cost_ceiling: 0                     # >= 1: at most this multiple of a reactive HPA's pod-minutes (0: none)
   quantiles: [p50, p90]               # published quantiles the policy may serve
   sources: [model, persistence]
   headrooms: [1.0, 1.1, 1.2, 1.5, 2.0]  # candidate multipliers (>= 1 unless allow_below_observed)
@@ -48,7 +49,7 @@ workloads:
       - name: rps                      # served as predicted_rps and predicted_rps_ratio
         query: sum(rate(http_requests_total{namespace="shop",service="checkout"}[2m]))
         capacity_per_replica: 40       # what one ready replica absorbs at 100 %, in the query's unit
-    serving: {violation_cost_pods: 200}  # optional: this workload's overrides of serving:
+    serving: {slo_minutes_per_day: 5}  # optional: this workload's overrides of serving:
 ```
 """
 

@@ -20,12 +20,14 @@ A policy is (source, quantile, hold k, headroom m):
   (``peak_gap_states`` ranges of that gap, each with its own m, chosen on the week's origins in
   that range), because a workload just past a burst is where the next burst most often comes.
 
-The choice minimises, over the last ``history_days`` of one-step forecasts,
-pod-minutes + violation_cost_pods x SLO-violation minutes, where pods = the replicas the HPA
-would ask for at ``target_value`` and a violation minute is a minute of demand above
-``slo_utilization`` of that capacity while those pods serve, until the next sample's pods are
-ready (:func:`exposure`, :func:`violation_minutes`). ``violation_cost_pods`` is the one number
-a user tunes: how many pod-minutes one minute of SLO violation is worth.
+The user states the SLO: at most ``slo_minutes_per_day`` minutes a day of demand above
+``slo_utilization`` of the ready capacity (and, if they like, a ``cost_ceiling`` against a
+reactive HPA). Over the last ``history_days`` of one-step forecasts the trainer serves the
+cheapest policy that met it, where pods = the replicas the HPA would ask for at
+``target_value`` and a violation minute is a minute of demand above ``slo_utilization`` of that
+capacity while those pods serve, until the next sample's pods are ready (:func:`exposure`,
+:func:`violation_minutes`). Both are shares of time and of the workload's own pods, so a 3-pod
+and a 300-pod workload with the same shape of demand get the same policy.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ __all__ = ["MAX_HOLD", "POLICY_VERSION", "SOURCES", "ServingPolicy", "ServingSet
 DEFAULT_HOLDS = (1,)
 DEFAULT_GAP_STATES = 5
 MAX_GAP_STATES = 8
+# chosen on the tune half of the replay benchmark (bench/results/replay_all.md)
+DEFAULT_SLO_MINUTES_PER_DAY = 3.0
 DEFAULT_HEADROOMS = (1.0, 1.05, 1.1, 1.15, 1.2, 1.27, 1.33, 1.4, 1.5, 1.6, 1.75, 2.0, 2.5)
 
 
@@ -54,8 +58,12 @@ DEFAULT_HEADROOMS = (1.0, 1.05, 1.1, 1.15, 1.2, 1.27, 1.33, 1.4, 1.5, 1.6, 1.75,
 class ServingSettings:
     """How the trainer chooses a workload's serving policy (the ``serving:`` config section).
 
-    violation_cost_pods: how many pod-minutes one minute of SLO violation (demand above
-        ``slo_utilization`` of the capacity) is worth; higher buys fewer violations with more pods.
+    slo_minutes_per_day: the SLO: at most this many minutes a day of demand above
+        ``slo_utilization`` of the ready capacity, met on the workload's own recent history;
+        lower buys fewer violations with more pods.
+    cost_ceiling: 0 (none), or the most pod-minutes a policy may run, as a multiple of what a
+        reactive HPA at ``target_value`` would run on the same history; where the SLO would
+        cost more, the policy with the fewest violations under the ceiling is served.
     quantiles: the published quantiles the policy may serve (each must be published).
     sources: ``model`` and/or ``persistence``.
     headrooms: the candidate multipliers m; values below 1 serve below observed demand (a
@@ -83,7 +91,8 @@ class ServingSettings:
         one. 1 chooses one headroom for all times.
     """
 
-    violation_cost_pods: float = 300.0
+    slo_minutes_per_day: float = DEFAULT_SLO_MINUTES_PER_DAY
+    cost_ceiling: float = 0.0
     quantiles: tuple[str, ...] = ("p50", "p90")
     sources: tuple[str, ...] = SOURCES
     headrooms: tuple[float, ...] = DEFAULT_HEADROOMS
@@ -102,8 +111,12 @@ class ServingSettings:
         def bad(key: str, msg: str) -> None:
             out.append(f"{path}.{key}: {msg}")
 
-        if not _num(self.violation_cost_pods) or self.violation_cost_pods < 0:
-            bad("violation_cost_pods", f"{self.violation_cost_pods!r} must be a number >= 0 (e.g. 300)")
+        if not _num(self.slo_minutes_per_day) or not 0 <= self.slo_minutes_per_day <= 1440:
+            bad("slo_minutes_per_day", f"{self.slo_minutes_per_day!r} must be a number of minutes in [0, 1440] "
+                f"(e.g. {DEFAULT_SLO_MINUTES_PER_DAY:g})")
+        if not _num(self.cost_ceiling) or not (self.cost_ceiling == 0 or self.cost_ceiling >= 1):
+            bad("cost_ceiling", f"{self.cost_ceiling!r} must be 0 (no ceiling) or a multiple >= 1 of a reactive HPA's "
+                "pod-minutes (e.g. 1.5)")
         if not self.quantiles:
             bad("quantiles", "must list at least one quantile key such as p50")
         for i, q in enumerate(self.quantiles):
@@ -152,24 +165,39 @@ def _pct(q: str) -> bool:
 
 Candidate = tuple[str, str, int, tuple[float, ...], float, float, float]  # source, q, k, m per state, cost, violation minutes, pods
 
+# How many minutes of the whole workload (its reactive pods) one minute of SLO violation may be
+# worth, tried in order: the first at which a workload's best policy meets its SLO is served, so
+# the SLO, not an exchange rate, decides how much headroom a workload buys; the grid's ratio of
+# ~1.5 between neighbours is finer than a week's history can tell policies apart.
+EXCHANGE_GRID = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 7.0, 10.0, 15.0, 20.0, 30.0, 50.0, 70.0, 100.0, 150.0, 200.0,
+                 300.0, 500.0, 1000.0, 3000.0)
 
-def _candidates(slices: np.ndarray, last: np.ndarray, floors: Mapping[int, np.ndarray],
-                bases: Mapping[str, np.ndarray], capacity_per_pod: float, settings: ServingSettings,
-                minutes: float, states: np.ndarray | None = None, observed: np.ndarray | None = None) -> list[Candidate]:
-    """Every (source, quantile, hold, headroom) with its cost over the scored origins, in the
-    order ties are broken: the shortest hold first (the least sticky policy), the model before
-    persistence (the forecast is served), the smallest headroom first. ``slices`` (n, J, 2):
-    the demand each sync's pods carry; ``bases[q]`` (n, J): the model's prediction at each
-    sync; ``observed`` (n, J): the demand the adapter reads at each sync (part of every
-    floor); ``minutes``: one slice's length."""
+
+@dataclass(frozen=True)
+class _Option:
+    """One (source, quantile, hold) scored at every headroom: pods (m, n) each origin's pods
+    (each sync's pods for its slice, averaged), viol (m, n) its SLO-violation minutes."""
+
+    source: str
+    quantile: str
+    hold: int
+    pods: np.ndarray
+    viol: np.ndarray
+
+
+def _options(slices: np.ndarray, last: np.ndarray, floors: Mapping[int, np.ndarray],
+             bases: Mapping[str, np.ndarray], capacity_per_pod: float, settings: ServingSettings,
+             minutes: float, observed: np.ndarray | None = None) -> list[_Option]:
+    """Every (source, quantile, hold) scored at every headroom over the origins, in the order
+    ties are broken: the shortest hold first (the least sticky policy), the model before
+    persistence (the forecast is served). ``slices`` (n, J, 2): the demand each sync's pods
+    carry; ``bases[q]`` (n, J): the model's prediction at each sync; ``observed`` (n, J): the
+    demand the adapter reads at each sync (part of every floor); ``minutes``: one slice's length."""
     unit = settings.target_value * capacity_per_pod
     limit = settings.slo_utilization * capacity_per_pod
-    lam = float(settings.violation_cost_pods)
     grid = np.asarray(sorted(settings.headrooms), dtype="float64")
-    st = np.zeros(len(last), dtype=int) if states is None else states
-    ns = int(st.max()) + 1 if len(st) else 1
     J = slices.shape[1]
-    cands: list[Candidate] = []
+    out: list[_Option] = []
     for k in sorted(floors):
         # as forecaster.served applies it: the floor (and the persistence path) is the observed
         # demand now (the adapter's reading, else the last published sample) with the last k
@@ -187,18 +215,45 @@ def _candidates(slices: np.ndarray, last: np.ndarray, floors: Mapping[int, np.nd
         for src, q, base in options:
             pods = np.maximum(np.ceil(grid[:, None, None] * base[None] / unit - 1e-9), 1.0)  # (m, n, J)
             viol = violation_minutes(slices[None], limit * pods, minutes).sum(axis=2)
-            pods = pods.mean(axis=2)  # pods per interval, each sync's pods for its slice
-            cost = minutes * J * pods + lam * viol
-            if ns == 1:
-                for m, c, v, p in zip(grid, cost.sum(axis=1), viol.sum(axis=1), pods.sum(axis=1)):
-                    cands.append((src, q, k, (float(m),), float(c), float(v), float(p)))
-                continue
-            # the cost is a sum over origins: each state's best headroom is chosen on its own
-            best = [int(np.argmin(cost[:, st == j].sum(axis=1))) for j in range(ns)]  # the smallest m of equal costs
-            pick = np.asarray(best)[st], np.arange(len(st))
-            cands.append((src, q, k, tuple(float(grid[i]) for i in best), float(cost[pick].sum()),
-                          float(viol[pick].sum()), float(pods[pick].sum())))
-    return cands
+            out.append(_Option(src, q, k, pods.mean(axis=2), viol))
+    return out
+
+
+def _pick(opt: _Option, grid: np.ndarray, lam: float, minutes_per_origin: float, states: np.ndarray, ns: int) -> Candidate:
+    """The option's best headroom per state at exchange rate ``lam`` (pod-minutes per violation
+    minute): the cost is a sum over origins, so each state's headroom is chosen on its own."""
+    cost = minutes_per_origin * opt.pods + lam * opt.viol
+    best = [int(np.argmin(cost[:, states == j].sum(axis=1))) for j in range(ns)]  # the smallest m of equal costs
+    pick = np.asarray(best)[states], np.arange(len(states))
+    return (opt.source, opt.quantile, opt.hold, tuple(float(grid[i]) for i in best), float(cost[pick].sum()),
+            float(opt.viol[pick].sum()), float(opt.pods[pick].sum()))
+
+
+def _solve(opts: list[_Option], settings: ServingSettings, n: int, step_minutes: float, states: np.ndarray | None,
+           reference_pods: float) -> tuple[list[Candidate], float, str]:
+    """The candidates at the exchange rate the workload's SLO needs: the first of
+    :data:`EXCHANGE_GRID` (in minutes of the workload's reactive pods) at which the best policy
+    keeps its violation minutes within the SLO over the scored intervals, capped where its pods
+    would pass ``cost_ceiling`` x the reactive reference's; with neither met, the last rate
+    tried. Returns (candidates at that rate, the rate in pod-minutes, how it was met)."""
+    grid = np.asarray(sorted(settings.headrooms), dtype="float64")
+    st = np.zeros(n, dtype=int) if states is None else states
+    ns = int(st.max()) + 1 if len(st) else 1
+    budget = settings.slo_minutes_per_day / 1440.0 * n * step_minutes
+    per_pod = reference_pods / max(n, 1) * step_minutes  # one minute of the whole workload, in pod-minutes
+    ceiling = settings.cost_ceiling * reference_pods if settings.cost_ceiling else math.inf
+    prev = None
+    for rate in EXCHANGE_GRID:
+        lam = rate * per_pod
+        cands = [_pick(o, grid, lam, step_minutes, st, ns) for o in opts]
+        best = min(cands, key=lambda c: (c[4], sum(c[3])))
+        if best[6] > ceiling + 1e-9 and prev is not None:
+            return (*prev, "cost ceiling")
+        prev = (cands, lam)
+        if best[5] <= budget + 1e-9:
+            return cands, lam, "slo met"
+    assert prev is not None
+    return (*prev, "slo not met")
 
 
 def _label(c: Candidate) -> str:
@@ -211,13 +266,19 @@ def _ms(m: tuple) -> str:
 
 
 def _explain(best: Candidate, cands: list[Candidate], n: int, settings: ServingSettings, bar: float | None,
-             step_minutes: float) -> tuple[str, dict[str, float]]:
+             step_minutes: float, lam: float, how: str) -> tuple[str, dict[str, float]]:
     """Why ``best`` was chosen (for people: REST and the dashboard), and each source's best cost."""
     src, q, _, m, cost, viol, pods = best
     runner = next((c for c in sorted(cands, key=lambda c: c[4]) if (c[0], c[1]) != (src, q)), None)
-    reason = (f"over the last {n} intervals, {_label(best)} x{_ms(m)} cost {step_minutes * pods:.0f} pod-minutes + "
-              f"{viol:.1f} SLO-violation minutes x {settings.violation_cost_pods:g} = {cost:.0f}, "
-              f"the best of {len(cands)} candidates")
+    days = n * step_minutes / 1440.0
+    slo = settings.slo_minutes_per_day
+    met = {"slo met": f"the cheapest policy within the SLO of {slo:g} violation minutes a day",
+           "cost ceiling": f"the fewest violations within the cost ceiling of {settings.cost_ceiling:g}x a reactive HPA's pods "
+                           f"(the SLO of {slo:g} minutes a day would cost more)",
+           "slo not met": f"no candidate met the SLO of {slo:g} violation minutes a day: the fewest violations"}[how]
+    reason = (f"over the last {n} intervals ({days:.1f} days), {_label(best)} x{_ms(m)} ran {step_minutes * pods:.0f} "
+              f"pod-minutes with {viol:.1f} SLO-violation minutes ({viol / max(days, 1e-9):.2f} a day): {met}; "
+              f"priced at {lam:.0f} pod-minutes a violation minute, cost {cost:.0f}, the best of {len(cands)} candidates")
     if bar is not None:
         reason += (f" (the model must cost below {bar:.0f}: save {settings.model_margin:.0%} of persistence's cost "
                    "above a clairvoyant HPA's)")
@@ -284,11 +345,21 @@ def choose_policy(
         edges = gap_edges(g, settings.peak_gap_states)
         states = gap_state(g, edges)
     minutes = float(step_minutes) / J
-    cands = _candidates(slices[ok], last[ok], {k: floors[k][ok] for k in holds}, {q: v[ok] for q, v in bases.items()},
-                        capacity_per_pod, settings, minutes, states, None if observed is None else observed[ok])
+    obs_ok = None if observed is None else observed[ok]
+    opts = _options(slices[ok], last[ok], {k: floors[k][ok] for k in holds}, {q: v[ok] for q, v in bases.items()},
+                    capacity_per_pod, settings, minutes, obs_ok)
+    # the reactive reference: the observed demand now at the target, as a reactive HPA would ask
+    now = last[ok][:, None] if obs_ok is None else obs_ok
+    reference = float(np.maximum(np.ceil(now / (settings.target_value * capacity_per_pod) - 1e-9), 1.0).mean(axis=1).sum())
+    cands, lam, how = _solve(opts, settings, n, float(step_minutes), states, reference)
     order = {c: i for i, c in enumerate(cands)}
     persist = [c for c in cands if c[0] == "persistence"]
     fb = min(persist, key=lambda c: (c[4], sum(c[3]), order[c])) if persist else None
+    alone = [o for o in opts if o.source == "persistence"]
+    # what serves while the model is on its fallback: persistence's own cheapest policy within the
+    # SLO (the rate the model needed may be far lower than what persistence needs)
+    fb_alone = min(_solve(alone, settings, n, float(step_minutes), states, reference)[0], key=lambda c: (c[4], sum(c[3]))) \
+        if alone else None
     best = min(cands, key=lambda c: (c[4], sum(c[3]), order[c]))
     bar = None
     if fb is not None and best[0] == "model" and settings.model_margin > 0:
@@ -297,9 +368,9 @@ def choose_policy(
         bar = fb[4] - float(settings.model_margin) * max(fb[4] - ideal, 0.0)
         if not best[4] < bar:
             best = fb
-    fb = fb or best
+    fb = fb_alone if best[0] == "model" and fb_alone is not None else fb or best
     src, q, k, m = best[:4]
-    reason, costs = _explain(best, cands, n, settings, bar, step_minutes)
+    reason, costs = _explain(best, cands, n, settings, bar, step_minutes, lam, how)
     stated = len(edges) > 0
     return ServingPolicy(source=src, quantile=settings.quantiles[-1] if src == "persistence" else q, headroom=max(m),
                          fallback_headroom=max(fb[3]), chosen_at=chosen_at, reason=reason, costs=costs,

@@ -1,6 +1,6 @@
 """The ``workloads:`` list of the workload config: each workload's CPU series, its declared
 predicted metrics (``forecaster.predicted``) and its own ``serving:`` overrides, validated with
-the path of every problem (``workloads[3].serving.violation_cost_pods``)."""
+the path of every problem (``workloads[3].serving.slo_minutes_per_day``)."""
 
 from __future__ import annotations
 
@@ -203,9 +203,13 @@ def parse_serving(c: _Checker, raw: Any, quantiles: tuple[float, ...], path: str
     from forecaster.store import quantile_key
 
     keys = {f.name for f in fields(ServingSettings)}
+    if isinstance(raw, Mapping) and "violation_cost_pods" in raw:
+        c.add(f"{path}.violation_cost_pods", "was replaced by slo_minutes_per_day: state the SLO (minutes a day above "
+              "slo_utilization of ready capacity, e.g. 2) instead of an exchange rate, and remove this key")
+        raw = {k: v for k, v in raw.items() if k != "violation_cost_pods"}
     d = c.mapping(raw, path, {k: "" for k in keys})
     kw: dict[str, Any] = {}
-    for k in ("violation_cost_pods", "target_value", "slo_utilization", "history_days", "model_margin"):
+    for k in ("slo_minutes_per_day", "cost_ceiling", "target_value", "slo_utilization", "history_days", "model_margin"):
         if k in d:
             kw[k] = c.typed(d, k, path, (int, float), getattr(base or ServingSettings, k))
     if "peak_gap_states" in d:

@@ -66,7 +66,7 @@ _METRIC_KEYS = {"name": "name", "query": "query", "capacity_per_replica": "capac
 
 def spec_path(problem: str, pa: AutoscalerSpec, index: int) -> str:
     """A trainer-config problem of this autoscaler's entry (``workloads[<index>]...``) with the
-    path of the autoscaler's own field: ``spec.serving.violationCostPods``, ``spec.metrics[1].query``."""
+    path of the autoscaler's own field: ``spec.serving.sloMinutesPerDay``, ``spec.metrics[1].query``."""
     prefix = f"workloads[{index}]"
     if not problem.startswith(prefix):
         return problem  # the base ConfigMap's own problem: its path is already the file's

@@ -34,11 +34,37 @@ def test_a_calm_series_gets_no_headroom_and_a_bursty_one_pays_for_headroom():
     assert calm.headroom == 1.0
     rng = np.random.default_rng(0)
     bursts = 10 + 6 * (rng.random(n) < 0.1)
-    pol = choose_policy(bursts, last, {"p50": last.copy()}, 1.0, ServingSettings(violation_cost_pods=200))
+    pol = choose_policy(bursts, last, {"p50": last.copy()}, 1.0, ServingSettings(slo_minutes_per_day=2))
     assert pol.headroom >= 1.2  # ceil(12 / 0.7) = 18 pods carry the 16-core bursts at 90%
-    assert "SLO-violation minutes" in pol.reason and pol.costs
-    cheap = choose_policy(bursts, last, {"p50": last.copy()}, 1.0, ServingSettings(violation_cost_pods=0))
-    assert cheap.headroom == 1.0  # violations worth nothing: the fewest pods win
+    assert "SLO-violation minutes" in pol.reason and "within the SLO of 2 violation minutes a day" in pol.reason and pol.costs
+    cheap = choose_policy(bursts, last, {"p50": last.copy()}, 1.0, ServingSettings(slo_minutes_per_day=1440))
+    assert cheap.headroom == 1.0  # any violation allowed: the fewest pods win
+
+
+def test_a_30_pod_and_a_3000_pod_workload_of_the_same_shape_get_the_same_policy():
+    n = 600
+    rng = np.random.default_rng(1)
+    shape = 1 + 0.6 * (rng.random(n) < 0.1)  # bursts of +60% in one interval of ten
+    policies = {}
+    for size in (2.0, 20.0, 200.0, 2000.0):  # cores: ~3, ~30, ~300 and ~3000 pods of one core at 70%
+        last = np.full(n, size)
+        policies[size] = choose_policy(size * shape, last, {"p50": last.copy()}, 1.0, ServingSettings())
+    # an exchange rate in pod-minutes (the rule before the SLO) bought headroom for the small and
+    # none for the large; the SLO buys the same for all of them
+    assert policies[20.0].headroom == policies[200.0].headroom == policies[2000.0].headroom > 1.0
+    # a 3-pod workload's whole pods round its capacity up: it meets the SLO with less or the same
+    assert 1.0 < policies[2.0].headroom <= policies[20.0].headroom
+
+
+def test_an_slo_the_history_cannot_meet_serves_the_fewest_violations_unless_a_cost_ceiling_caps_it():
+    n = 600
+    last = np.full(n, 10.0)
+    rng = np.random.default_rng(2)
+    wild = 10 * np.exp(rng.normal(0, 0.5, n))  # no headroom on the grid carries all of these
+    strict = choose_policy(wild, last, {"p50": last.copy()}, 1.0, ServingSettings(slo_minutes_per_day=0))
+    assert "no candidate met the SLO" in strict.reason and strict.headroom == max(ServingSettings().headrooms)
+    capped = choose_policy(wild, last, {"p50": last.copy()}, 1.0, ServingSettings(slo_minutes_per_day=0, cost_ceiling=1.3))
+    assert "cost ceiling of 1.3x" in capped.reason and 1.0 < capped.headroom <= 1.3
 
 
 def test_a_violation_lasts_the_minutes_demand_is_above_the_limit_on_its_linear_path():
@@ -64,9 +90,9 @@ def test_a_brief_spike_is_worth_less_headroom_than_a_long_one():
     spikes[::10] = True
     brief = np.stack([np.full(n, 10.0), np.where(spikes, 16.0, 10.0), np.full(n, 10.0)], axis=1)  # a needle at the sample
     long = np.stack([np.where(spikes, 16.0, 10.0)] * 3, axis=1)  # the whole interval at 16
-    # 3 more pods carry a spike: 9,000 pod-minutes over 600 intervals; at 50 per violation minute
-    # that pays for 300 minutes of violation (60 long spikes) but not for 125 (60 needles)
-    settings = ServingSettings(violation_cost_pods=50, sources=("persistence",))
+    # 60 long spikes violate for 300 minutes, 60 needles for 125: an SLO of 96 minutes a day
+    # allows 200 minutes in these 3,000, so the needles need no headroom and the long spikes do
+    settings = ServingSettings(slo_minutes_per_day=96, sources=("persistence",))
     assert choose_policy(long, last, {}, 1.0, settings).headroom > choose_policy(brief, last, {}, 1.0, settings).headroom
 
 
@@ -75,7 +101,7 @@ def test_a_model_that_sees_the_rises_coming_beats_persistence_in_the_choice():
     actual = 10 + 8 * (np.arange(n) % 12 == 0)  # a rise every hour, on the hour
     last = np.roll(actual, 1)
     oracle_q = actual.astype(float)  # a model that forecasts the rise
-    pol = choose_policy(actual, last, {"p90": oracle_q}, 1.0, ServingSettings(quantiles=("p90",), violation_cost_pods=90))
+    pol = choose_policy(actual, last, {"p90": oracle_q}, 1.0, ServingSettings(quantiles=("p90",)))
     assert pol.source == "model" and pol.quantile == "p90" and pol.headroom == 1.0
     # the fallback headroom is persistence's own best: it must cover the unforeseen rise
     assert pol.fallback_headroom > 1.0
@@ -87,17 +113,17 @@ def test_the_model_is_served_only_when_it_saves_the_margin_of_what_a_forecast_ca
     last = np.roll(actual, 1).astype(float)
     seen = actual.astype(float).copy()
     seen[np.arange(n) % 24 == 0] = 10.0  # the model sees every other rise coming
-    free = choose_policy(actual, last, {"p50": seen}, 1.0, ServingSettings(quantiles=("p50",), model_margin=0.0, violation_cost_pods=90))
+    free = choose_policy(actual, last, {"p50": seen}, 1.0, ServingSettings(quantiles=("p50",), model_margin=0.0, slo_minutes_per_day=60))
     assert free.source == "model"
     # the margin is a share of persistence's cost above a clairvoyant HPA's at the same target
     path = np.repeat(actual[:, None].astype(float), 3, axis=1)
     ideal = clairvoyant_cost(path, 0.7 * 1.0, 5.0)
     share = (free.costs["persistence"] - free.costs["p50"]) / (free.costs["persistence"] - ideal)
     assert 0.05 < share < 0.95, (free.costs, ideal)
-    strict = choose_policy(actual, last, {"p50": seen}, 1.0, ServingSettings(quantiles=("p50",), model_margin=share + 0.02, violation_cost_pods=90))
+    strict = choose_policy(actual, last, {"p50": seen}, 1.0, ServingSettings(quantiles=("p50",), model_margin=share + 0.02, slo_minutes_per_day=60))
     assert strict.source == "persistence" and strict.headroom == strict.fallback_headroom
     assert "must cost below" in strict.reason
-    loose = choose_policy(actual, last, {"p50": seen}, 1.0, ServingSettings(quantiles=("p50",), model_margin=share - 0.02, violation_cost_pods=90))
+    loose = choose_policy(actual, last, {"p50": seen}, 1.0, ServingSettings(quantiles=("p50",), model_margin=share - 0.02, slo_minutes_per_day=60))
     assert loose.source == "model"
     assert any(p.startswith("serving.model_margin") for p in ServingSettings(model_margin=1.0).problems())
 
@@ -129,7 +155,7 @@ def test_too_little_history_or_no_capacity_gives_the_documented_default():
 def test_the_trainer_chooses_and_publishes_a_versioned_policy_and_shows_why():
     ts, v = _bursty()
     store = MemoryForecastStore()
-    tr = Trainer(store, models=("ar",), serving=ServingSettings(violation_cost_pods=150))
+    tr = Trainer(store, models=("ar",), serving=ServingSettings())
     tr.fit("a/b", ts, v, now=ts[-1], capacity_per_pod=1.0)
     fc = tr.refresh("a/b", ts, v, now=ts[-1] + 90)
     assert fc.policy["version"] == POLICY_VERSION and fc.policy["headroom"] >= 1.1
@@ -143,11 +169,12 @@ def test_the_serving_config_is_validated_whole_with_paths():
     with pytest.raises(ConfigError) as e:
         parse_config({
             "training": {"quantiles": [0.5, 0.9]},
-            "serving": {"violation_cost_pods": -1, "quantiles": ["p75"], "headrooms": [0.9, 1.2], "sources": ["psychic"], "oops": 1},
+            "serving": {"violation_cost_pods": 300, "slo_minutes_per_day": -1, "quantiles": ["p75"], "headrooms": [0.9, 1.2], "sources": ["psychic"], "oops": 1},
             "workloads": [{"namespace": "a", "name": "b"}],
         })
     msg = str(e.value)
-    for path in ("serving.violation_cost_pods", "serving.quantiles[0]", "serving.headrooms[0]", "serving.sources[0]", "serving.oops"):
+    assert "replaced by slo_minutes_per_day" in msg  # the fix for the old exchange rate
+    for path in ("serving.violation_cost_pods", "serving.slo_minutes_per_day", "serving.quantiles[0]", "serving.headrooms[0]", "serving.sources[0]", "serving.oops"):
         assert path in msg
     assert "training.quantiles" in msg  # the fix for an unpublished quantile
     assert "allow_below_observed" in msg  # the fix for a discount below observed
@@ -181,7 +208,7 @@ def test_a_published_policy_that_would_serve_below_observed_is_refused_unless_ch
     n = 200
     flat = np.full(n, 10.0)
     pol = choose_policy(flat, flat, {"p50": flat}, 1.0, ServingSettings(quantiles=("p50",), headrooms=(0.9, 1.0),
-                                                                          allow_below_observed=True, violation_cost_pods=0))
+                                                                          allow_below_observed=True, slo_minutes_per_day=1440))
     assert min(pol.headrooms or (pol.headroom,)) == 0.9 and ServingPolicy.from_dict(pol.to_dict()).below_observed
 
 

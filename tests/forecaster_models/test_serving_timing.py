@@ -56,7 +56,7 @@ def test_a_rise_is_scored_with_the_pods_the_adapter_asks_for_as_its_curve_climbs
     raw = 0.7 * (1.0 + 3.0 * (np.arange(n) % 10))
     o = np.arange(n - 2)
     perfect = raw[o + 1]
-    settings = ServingSettings(quantiles=("p50",), sources=("model",), headrooms=(1.0,), violation_cost_pods=0)
+    settings = ServingSettings(quantiles=("p50",), sources=("model",), headrooms=(1.0,), slo_minutes_per_day=1440)
     at_syncs = choose_policy(sync_exposure(raw, o, 300.0), raw[o], {"p50": lead_bases(raw[o], perfect, 300.0)}, 1.0, settings)
     as_points = choose_policy(sync_exposure(raw, o, 300.0), raw[o], {"p50": perfect}, 1.0, settings)
     assert at_syncs.costs["p50"] < as_points.costs["p50"]

@@ -42,7 +42,7 @@ def run(path, store, ckpt, edits, iterations):
 
 def edited():
     doc = copy.deepcopy(DOC)
-    doc["workloads"][1]["serving"] = {"violation_cost_pods": 500}  # one autoscaler's spec.serving
+    doc["workloads"][1]["serving"] = {"slo_minutes_per_day": 5}  # one autoscaler's spec.serving
     doc["workloads"][3]["demand_query"] = "q9"  # another's query
     doc["workloads"].append({"namespace": "ns", "name": "w4", "demand_query": "q4",
                              "capacity": {"cpu_request_cores": 1.0, "ready_pods": 2}})
@@ -60,7 +60,7 @@ def test_an_edited_file_refits_only_the_changed_workloads_and_the_others_keep_th
     assert steps[1]["fits_done"] == 0  # the file was edited after this step
     assert steps[2]["fits_done"] == 3  # w1 (serving), w3 (query), w4 (new); w0 untouched
     assert trainer.state("ns/w0").fitted_at == fitted_at["ns/w0"] == T0
-    assert trainer.state("ns/w2") is None and trainer.serving_for("ns/w1").violation_cost_pods == 500
+    assert trainer.state("ns/w2") is None and trainer.serving_for("ns/w1").slo_minutes_per_day == 5
     assert sorted(trainer.series()) == ["ns/w0", "ns/w1", "ns/w3", "ns/w4"]
     assert len(list((tmp_path / "ckpt").glob("*.ckpt"))) == 4  # w2's checkpoint pruned
     # at the step after the edit: w0 served from its fitted model, the three that start over
@@ -74,7 +74,7 @@ def test_a_refused_file_keeps_the_last_good_configuration(tmp_path, counting, ca
     path = tmp_path / "workloads.yaml"
     path.write_text(yaml.safe_dump(DOC))
     bad = copy.deepcopy(DOC)
-    bad["workloads"][0]["serving"] = {"violation_cost_pods": -1}
+    bad["workloads"][0]["serving"] = {"slo_minutes_per_day": -1}
     trainer, steps = run(path, MemoryForecastStore(), None, {1: bad}, iterations=3)
     assert "is refused; keeping the last configuration" in caplog.text
     assert steps[2]["fits_done"] == 0 and len(trainer.series()) == 4
@@ -85,7 +85,7 @@ def test_a_restart_after_one_workloads_edit_refits_that_workload_only(tmp_path, 
     path.write_text(yaml.safe_dump(DOC))
     run(path, MemoryForecastStore(), tmp_path / "ckpt", {}, iterations=1)
     doc = copy.deepcopy(DOC)
-    doc["workloads"][1]["serving"] = {"violation_cost_pods": 500}
+    doc["workloads"][1]["serving"] = {"slo_minutes_per_day": 5}
     path.write_text(yaml.safe_dump(doc))
     fits = counting.fits
     trainer, steps = run(path, MemoryForecastStore(), tmp_path / "ckpt", {}, iterations=1)  # a new process

@@ -20,7 +20,7 @@ PA = {
             {"name": "rps", "type": "Demand", "query": 'sum(rate(http_requests_total{app="checkout"}[2m]))',
              "capacityPerReplica": 40},
         ],
-        "serving": {"violationCostPods": 50, "headrooms": [1.0, 1.2], "targetValue": 0.7},
+        "serving": {"sloMinutesPerDay": 5, "headrooms": [1.0, 1.2], "targetValue": 0.7},
         "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300,
                                    "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}]}},
     },

@@ -144,7 +144,7 @@ API = {"apiVersion": "foresight.dev/v1alpha1", "kind": "PredictiveAutoscaler",
                 "metrics": [{"name": "cpu", "type": "Resource", "cpuRequestCores": 0.25},
                             {"name": "rps", "type": "Demand", "query": 'sum(rate(http_requests_total{app="api"}[2m]))',
                              "capacityPerReplica": 50}],
-                "serving": {"violationCostPods": 200}}}
+                "serving": {"sloMinutesPerDay": 7}}}
 
 
 def test_a_demand_metric_gets_its_own_external_metric_series_and_serving_settings(running):
@@ -176,7 +176,7 @@ def test_a_demand_metric_gets_its_own_external_metric_series_and_serving_setting
 
     w = wait_for("shop/api in the trainer config", api_workload, timeout=30)
     assert [(x.name, x.capacity_per_replica) for x in w.metrics] == [("rps", 50.0)]
-    assert w.serving.violation_cost_pods == 200
+    assert w.serving.slo_minutes_per_day == 7
 
 
 def test_serving_settings_the_trainer_refuses_are_reported_with_the_spec_path_in_status_and_event(running):

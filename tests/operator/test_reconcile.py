@@ -162,7 +162,7 @@ def test_an_autoscaler_the_trainer_would_refuse_is_left_out_with_its_own_field_p
     bad = copy.deepcopy(PA)
     bad["metadata"]["name"] = "bad"
     bad["spec"]["scaleTargetRef"]["name"] = "other"
-    bad["spec"]["serving"] = {"quantiles": ["p75"], "violationCostPods": 40}  # p75: not published by training.quantiles
+    bad["spec"]["serving"] = {"quantiles": ["p75"], "sloMinutesPerDay": 4}  # p75: not published by training.quantiles
     bad["spec"]["metrics"][1]["query"] = "   "
     r = render_trainer_config(BASE, [parse_autoscaler(PA), parse_autoscaler(bad)])
     assert sorted(r.problems[("shop", "bad")]) == [
@@ -198,18 +198,18 @@ def test_each_autoscalers_serving_settings_are_its_workloads_own_and_the_trainer
     from forecaster.schedule import trainer_from_config
 
     a = copy.deepcopy(PA)
-    a["spec"]["serving"] = {"violationCostPods": 40, "headrooms": [1.0, 1.2]}
+    a["spec"]["serving"] = {"sloMinutesPerDay": 4, "headrooms": [1.0, 1.2]}
     b = copy.deepcopy(a)
     b["metadata"]["name"] = "other"
     b["spec"]["scaleTargetRef"]["name"] = "other"
-    b["spec"]["serving"] = {"violationCostPods": 300}
+    b["spec"]["serving"] = {"sloMinutesPerDay": 3}
     r = render_trainer_config(BASE, [parse_autoscaler(a), parse_autoscaler(b)])
     assert r.problems == {} and r.warnings == {}
     cfg = parse_config(yaml.safe_load(r.text))
     trainer = trainer_from_config(cfg, None)
-    assert trainer.serving_for("shop/checkout").violation_cost_pods == 40
+    assert trainer.serving_for("shop/checkout").slo_minutes_per_day == 4
     assert trainer.serving_for("shop/checkout/rps").headrooms == (1.0, 1.2)
-    assert trainer.serving_for("shop/other").violation_cost_pods == 300
+    assert trainer.serving_for("shop/other").slo_minutes_per_day == 3
     assert trainer.serving_for("shop/cart") == cfg.serving  # the base's own workload: the base's section
 
 

@@ -85,30 +85,30 @@ def test_missing_capacity_empty_query_duplicates_and_unknown_keys_are_each_repor
 
 
 def test_a_workload_overrides_serving_key_by_key_and_problems_name_its_path():
-    cfg = parse_config(_cfg([{"namespace": "shop", "name": "a", "serving": {"violation_cost_pods": 300},
+    cfg = parse_config(_cfg([{"namespace": "shop", "name": "a", "serving": {"slo_minutes_per_day": 5},
                               "metrics": [{"name": "rps", "query": "up", "capacity_per_replica": 5}]},
                              {"namespace": "shop", "name": "b"}],
                             serving={"slo_utilization": 0.8}))
     by = cfg.serving_by_series()
     assert set(by) == {"shop/a", "shop/a/rps"}  # b uses the top-level section
-    assert by["shop/a"].violation_cost_pods == 300 and by["shop/a"].slo_utilization == 0.8  # inherited
-    assert cfg.serving.violation_cost_pods == ServingSettings().violation_cost_pods
+    assert by["shop/a"].slo_minutes_per_day == 5 and by["shop/a"].slo_utilization == 0.8  # inherited
+    assert cfg.serving.slo_minutes_per_day == ServingSettings().slo_minutes_per_day
     problems = _problems(_cfg([{"namespace": "shop", "name": f"w{i}"} for i in range(3)] + [
-        {"namespace": "shop", "name": "w3", "serving": {"violation_cost_pods": -1, "headrooms": [0.5],
+        {"namespace": "shop", "name": "w3", "serving": {"slo_minutes_per_day": -1, "headrooms": [0.5],
                                                          "quantiles": ["p99"], "colour": "red"}}]))
     assert set(problems) == {
-        "workloads[3].serving.violation_cost_pods: -1 must be a number >= 0 (e.g. 300)",
+        "workloads[3].serving.slo_minutes_per_day: -1 must be a number of minutes in [0, 1440] (e.g. 3)",
         "workloads[3].serving.headrooms[0]: 0.5 is below 1: it serves less than the observed demand; "
         "set allow_below_observed: true to accept that under-scale risk",
         "workloads[3].serving.quantiles[0]: 'p99' is not published; add it to training.quantiles (published: p50, p90)",
     } | {p for p in problems if p.startswith("workloads[3].serving.colour: unknown key; allowed keys: ")}
-    assert len(problems) == 4 and any("colour" in p and "violation_cost_pods" in p for p in problems)
+    assert len(problems) == 4 and any("colour" in p and "slo_minutes_per_day" in p for p in problems)
 
 
 def test_a_problem_of_the_top_level_section_is_reported_once_not_again_per_workload():
     problems = _problems(_cfg([{"namespace": "shop", "name": "a", "serving": {"target_value": 0.6}}],
-                              serving={"violation_cost_pods": -5}))
-    assert problems == ["serving.violation_cost_pods: -5 must be a number >= 0 (e.g. 300)"]
+                              serving={"slo_minutes_per_day": -5}))
+    assert problems == ["serving.slo_minutes_per_day: -5 must be a number of minutes in [0, 1440] (e.g. 3)"]
 
 
 def test_served_names_map_back_to_their_metric():
