@@ -22,9 +22,11 @@ only the light modules that `foresight --help` imports.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import inspect
 import json
+import os
 import re
 import sys
 import typing
@@ -55,12 +57,27 @@ def _subcommands(parser: argparse.ArgumentParser):
                 yield name, p, helps.get(name) or ""
 
 
+@contextlib.contextmanager
+def _plain_env():
+    """Build the parsers without the caller's environment: some defaults read it
+    (``--owner-namespace`` from $POD_NAMESPACE), and the page must not depend on where it was made."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update({k: saved[k] for k in ("PATH", "HOME") if k in saved})
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def cli_commands(parser: argparse.ArgumentParser | None = None, prefix: str = "foresight", doc: str = ""):
     """(command, help, parser) for `foresight` and every (nested) sub-command, in order."""
     if parser is None:
         from foresight.cli import build_parser
 
-        parser = build_parser()
+        with _plain_env():
+            parser = build_parser()
         doc = parser.description or ""
     yield prefix, doc, parser
     for name, sub, help_ in _subcommands(parser):
