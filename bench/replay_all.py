@@ -53,8 +53,8 @@ def _pipeline(training: dict | None = None, serving: dict | None = None):
 MAIN_VARIANTS = {
     "ours": ("predictive", {}, {}),
 }
-COST_VARIANTS = {  # serving.slo_minutes_per_day, the one documented knob of the policy
-    "ours slo 1": ("predictive", {}, {"slo_minutes_per_day": 1.0}),
+COST_VARIANTS = {  # serving.slo_minutes_per_day, the policy's SLO, and its cost_ceiling
+    "ours slo 2": ("predictive", {}, {"slo_minutes_per_day": 2.0}),
     "ours slo 5": ("predictive", {}, {"slo_minutes_per_day": 5.0}),
 }
 MARGIN_VARIANTS = {  # serving.model_margin: the share of persistence's avoidable cost the model must save
@@ -164,7 +164,8 @@ def _replay_one(args):
 
     def readiness(r) -> dict:
         """The rises of the reference reactive HPA (0.7, 300 s) and this mode's ready pods at them."""
-        return summarize_leads(rise_readiness(world.t, world.demand, ref.replicas, r.ready, base.cpu_request_cores, 0.7))
+        return summarize_leads(rise_readiness(world.t, world.demand, ref.replicas, r.ready, base.cpu_request_cores,
+                                                  base.slo_threshold))
 
     r = run_mode(world, "oracle", base)
     rows.append({**r.row(), **pop, **readiness(r), "variant": "oracle", "target": 0.7})

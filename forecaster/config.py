@@ -24,7 +24,7 @@ training:
   ray_address: ray://foresight-ray-head-svc.foresight:10001   # with engine: ray (default $RAY_ADDRESS)
 serving:                              # optional: how each workload's serving policy is chosen
   slo_minutes_per_day: 3              # the SLO: at most 3 minutes a day above slo_utilization of ready capacity
-  cost_ceiling: 0                     # >= 1: at most this multiple of a reactive HPA's pod-minutes (0: none)
+  cost_ceiling: 1.5                   # at most this multiple of a reactive HPA's pod-minutes (0: no ceiling)
   quantiles: [p50, p90]               # published quantiles the policy may serve
   sources: [model, persistence]
   headrooms: [1.0, 1.1, 1.2, 1.5, 2.0]  # candidate multipliers (>= 1 unless allow_below_observed)

@@ -51,6 +51,9 @@ DEFAULT_GAP_STATES = 5
 MAX_GAP_STATES = 8
 # chosen on the tune half of the replay benchmark (bench/results/replay_all.md)
 DEFAULT_SLO_MINUTES_PER_DAY = 3.0
+# where the SLO is out of reach the fewest violations would buy the top headroom whatever it
+# costs: at most what a reactive HPA retuned to 0.47 would run (the frontier's expensive end)
+DEFAULT_COST_CEILING = 1.5
 DEFAULT_HEADROOMS = (1.0, 1.05, 1.1, 1.15, 1.2, 1.27, 1.33, 1.4, 1.5, 1.6, 1.75, 2.0, 2.5)
 
 
@@ -92,7 +95,7 @@ class ServingSettings:
     """
 
     slo_minutes_per_day: float = DEFAULT_SLO_MINUTES_PER_DAY
-    cost_ceiling: float = 0.0
+    cost_ceiling: float = DEFAULT_COST_CEILING
     quantiles: tuple[str, ...] = ("p50", "p90")
     sources: tuple[str, ...] = SOURCES
     headrooms: tuple[float, ...] = DEFAULT_HEADROOMS

@@ -157,7 +157,7 @@ def write_report(path: Path, rows: Sequence[dict], figures: Sequence[tuple[str, 
         "foresight's predicted metric (same rule the adapter serves), and with perfect "
         "knowledge of the next minutes (oracle). SLO violation: demand above 90% of ready capacity. "
         "Ready before the rise: at every raise of the reactive HPA, whether the mode already had more pods Ready "
-        "than the reactive HPA had when demand outgrew them (at its target), and by how long (the median over "
+        "than the reactive HPA had when demand outgrew them (above 90% of their capacity), and by how long (the median over "
         "series of each series' median lead; capped at 30 minutes).</p>",
         "<h2>Settings</h2><table>" + "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in settings.items()) + "</table>",
         "<h2>Totals</h2><table><tr><th>mode</th><th>SLO-violation min</th><th>under-provisioned core-min</th><th>replica-min</th><th>scale events</th>"

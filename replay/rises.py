@@ -3,8 +3,9 @@ relative to the moment demand outgrew the capacity the workload had before it.
 
 A *rise* is a sync where the reference HPA (the reactive one) adds pods: it grew from ``a`` to
 more replicas. The moment the load outgrew ``a`` pods is the start of the episode in which
-demand D(t) exceeds what ``a`` ready pods carry at the HPA's target (``a x request x target``),
-the last upward crossing at or before the raise. The other HPA was *in time* when, at that
+demand D(t) exceeds what ``a`` ready pods carry within the SLO (``a x request x limit``, limit
+= the SLO's utilization, 0.9: from there on the workload violates it), the last upward crossing
+at or before the raise. The other HPA was *in time* when, at that
 moment, it already had more than ``a`` pods Ready; its *lead* is how long it had had them
 (positive: before; negative: how long after the moment it got them). A lead is capped at
 ``horizon_seconds`` either way: a workload that never dropped to ``a`` pods has been ready "for
@@ -56,7 +57,7 @@ def _outgrown_at(t: np.ndarray, over: np.ndarray, i: int, horizon: float) -> int
 
 
 def rise_readiness(t: np.ndarray, demand: np.ndarray, reference_replicas: np.ndarray, other_ready: np.ndarray,
-                   request: float, target: float, horizon_seconds: float = HORIZON_SECONDS) -> list[RiseReadiness]:
+                   request: float, limit: float, horizon_seconds: float = HORIZON_SECONDS) -> list[RiseReadiness]:
     """Every rise of ``reference_replicas`` (its desired replicas after each sync) and the lead
     of ``other_ready`` (the other HPA's Ready pods at each sync) at it."""
     t = np.asarray(t, dtype="float64")
@@ -66,7 +67,7 @@ def rise_readiness(t: np.ndarray, demand: np.ndarray, reference_replicas: np.nda
     out: list[RiseReadiness] = []
     for i in np.flatnonzero(ref[1:] > ref[:-1]) + 1:
         a = int(ref[i - 1])
-        over = demand > a * request * target
+        over = demand > a * request * limit
         j = _outgrown_at(t, over, int(i), horizon_seconds)
         if j is None:
             continue

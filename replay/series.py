@@ -76,7 +76,7 @@ def replay_series(work: ReplayWork, item: tuple[str, np.ndarray, np.ndarray, boo
         row = {**r.row(), "population": pop}
         if ref is not None and mode != "reactive":  # when its pods were Ready at the reactive HPA's rises
             row.update(summarize_leads(rise_readiness(world.t, world.demand, ref.replicas, r.ready, cfg.cpu_request_cores,
-                                                      cfg.target)))
+                                                      cfg.slo_threshold)))
         out.rows.append(row)
     if feed is not None:
         out.error = {"series_id": sid, **feed.summary(), **feed.error(world.sample_ts, world.sample_cores, world.t0)}
