@@ -1,7 +1,8 @@
 """PredictiveAutoscaler and WarmPool objects (plain dicts from the API server) -> frozen specs.
 
-The CRD schema already refused invalid objects; parsing here only fills defaults, so an object
-written before a schema change still reconciles.
+The CRD schema refuses most invalid objects; parsing checks every field it reads again
+(kubeoperator.checks: SpecError with field paths), confines each Demand query to the object's
+namespace, and fills defaults, so an object written before a schema change still reconciles.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from typing import Any, Mapping
 
 from forecaster.predicted import metric_series_id, served_names
 from forecaster.timing import TIMING
+from kubeoperator.checks import check_autoscaler, check_warmpool
+from warmpool.policy import pool_id
 
 GROUP = "foresight.dev"
 VERSION = "v1alpha1"
@@ -86,13 +89,16 @@ class AutoscalerSpec:
 
 
 def parse_autoscaler(obj: Mapping[str, Any]) -> AutoscalerSpec:
+    """Raises kubeoperator.checks.SpecError. A Demand metric's query is the confined one: only
+    that reaches the trainer."""
+    queries = check_autoscaler(obj)
     md, spec = obj["metadata"], obj.get("spec") or {}
     ref = spec.get("scaleTargetRef") or {}
     floor = spec.get("reactiveFloor") or {}
     metrics = tuple(
         MetricSpec(name=m["name"], type=m.get("type", "Resource"), cpu_request_cores=m.get("cpuRequestCores"),
-                   query=m.get("query"), capacity_per_replica=m.get("capacityPerReplica"))
-        for m in spec.get("metrics") or ()
+                   query=queries.get(i), capacity_per_replica=m.get("capacityPerReplica"))
+        for i, m in enumerate(spec.get("metrics") or ())
     )
     serving = {SERVING_FIELDS[k]: (tuple(v) if isinstance(v, list) else v)
                for k, v in (spec.get("serving") or {}).items() if k in SERVING_FIELDS}
@@ -115,8 +121,9 @@ class WarmPoolSpec:
 
     @property
     def pool_name(self) -> str:
-        """The pool's name in the controller's policy (pool names are one namespace there)."""
-        return f"{self.namespace}-{self.name}"
+        """The pool's name in the controller's policy (pool names are one namespace there):
+        ``<namespace>.<name>``, which no other object's can equal (warmpool.policy.pool_id)."""
+        return pool_id(self.namespace, self.name)
 
     def to_policy_pool(self) -> dict:
         """The pool as warmpool.policy reads it (snake_case keys)."""
@@ -151,6 +158,8 @@ class WarmPoolSpec:
 
 
 def parse_warmpool(obj: Mapping[str, Any]) -> WarmPoolSpec:
+    """Raises kubeoperator.checks.SpecError (a series of another namespace among its reasons)."""
+    check_warmpool(obj)
     md = obj["metadata"]
     return WarmPoolSpec(namespace=md["namespace"], name=md["name"], generation=int(md.get("generation", 0)),
                         body=obj.get("spec") or {})

@@ -1,0 +1,119 @@
+"""A tenant's PromQL, confined to the tenant's namespace (pure).
+
+The trainer runs every query of a PredictiveAutoscaler with foresight's own Prometheus access
+and serves what it reads back to the object's namespace (``/api/v1/forecasts/<ns>/...``,
+``predicted_<m>``, the status). So before a query leaves the operator, every vector selector
+in it (those inside range selectors and subqueries included) is forced to
+``namespace="<the object's namespace>"``, as prom-label-proxy does: the matcher is added when
+absent, kept when it already names that namespace, and the query is refused when a selector
+names another namespace or matches ``namespace`` with ``!=``, ``=~`` or ``!~`` (a regex could
+match more than one namespace; prom-label-proxy would silently override it, which hides a
+mistake from the author). Functions that rewrite labels afterwards (``label_replace``) only
+rename what was read; they cannot widen what is read.
+
+Parsing is promql-parser's (the Rust parser of Prometheus 2.45's grammar); the output is the
+parser's own printer of the transformed tree, re-parsed and checked before it is returned.
+"""
+
+from __future__ import annotations
+
+import promql_parser as pp
+
+NAMESPACE_LABEL = "namespace"
+_NOT_OURS = (KeyboardInterrupt, SystemExit, GeneratorExit)
+
+
+class NotConfined(ValueError):
+    """The query cannot be confined to the namespace: it does not parse, or it selects
+    another namespace. The message says what to change."""
+
+
+def parse(query: str) -> pp.Expr:
+    """``promql_parser.parse``, every failure (a Rust panic included) as ``NotConfined``."""
+    if not isinstance(query, str):
+        raise NotConfined(f"must be a PromQL string, got {type(query).__name__}")
+    if not query.strip():
+        raise NotConfined("must not be empty")
+    try:
+        return pp.parse(query)
+    except BaseException as exc:  # noqa: BLE001 - pyo3 panics derive from BaseException
+        if isinstance(exc, _NOT_OURS):
+            raise
+        raise NotConfined(f"is not PromQL the operator can parse ({exc}); write it as Prometheus 2.45 accepts it "
+                          "(raw `...` strings: use \"...\" with escapes)") from None
+
+
+def selector_groups(expr: pp.Expr) -> list[tuple[str, list[pp.Matcher]]]:
+    """Every vector selector of ``expr`` (range selectors' and subqueries' too) as
+    (its text, the matchers of one alternative): one entry per ``or`` alternative."""
+    out: list[tuple[str, list[pp.Matcher]]] = []
+
+    def visit(node):
+        if isinstance(node, pp.VectorSelector):
+            out.extend((str(node), group) for group in _groups(node.matchers))
+        return None
+
+    pp.walk(expr, pre_visit=visit)
+    return out
+
+
+def _groups(ms: pp.Matchers) -> list[list[pp.Matcher]]:
+    groups = [list(g) for g in ms.or_matchers]
+    plain = list(ms.matchers)
+    return groups + [plain] if plain or not groups else groups
+
+
+def _confine_group(group: list[pp.Matcher], namespace: str, where: str, problems: list[str]) -> list[pp.Matcher]:
+    mine = [m for m in group if m.name == NAMESPACE_LABEL]
+    for m in mine:
+        if m.op != pp.MatchOp.Equal:
+            problems.append(f"{where} matches {m}: a selector may not match {NAMESPACE_LABEL} with !=, =~ or !~; "
+                            f"remove the matcher (the operator adds {NAMESPACE_LABEL}=\"{namespace}\")")
+        elif m.value != namespace:
+            problems.append(f"{where} selects {m}, another namespace; a PredictiveAutoscaler in {namespace} reads only "
+                            f"its own namespace: remove the matcher or set {NAMESPACE_LABEL}=\"{namespace}\"")
+    rest = [m for m in group if m.name != NAMESPACE_LABEL]
+    return rest + [pp.Matcher(pp.MatchOp.Equal, NAMESPACE_LABEL, namespace)]
+
+
+def confine(query: str, namespace: str) -> str:
+    """``query`` with every selector confined to ``namespace``; raises NotConfined."""
+    expr = parse(query)
+    problems: list[str] = []
+
+    def visit(node):
+        if not isinstance(node, pp.VectorSelector):
+            return None
+        where = f"selector {node}"
+        groups = _groups(node.matchers)
+        if len(groups) > 1:
+            # the binding prints `{a="1" or b="2"}` as `{ or a="1" or b="2"}`, which does not parse
+            problems.append(f"{where} uses `or` between matchers; write it as two selectors joined by the `or` "
+                            "operator (x{a=\"1\"} or x{b=\"2\"})")
+            return None
+        node.matchers = pp.Matchers(_confine_group(groups[0], namespace, where, problems))
+        # a fresh node from the printed one: the binding's transform keeps a returned node whole,
+        # while an attribute set on the visited copy alone may not reach the tree it builds
+        return pp.parse(str(node))
+
+    out = pp.transform(expr, post_visit=visit)
+    if problems:
+        raise NotConfined("; ".join(dict.fromkeys(problems)))
+    text = str(out)
+    _check(text, namespace)
+    return text
+
+
+def _check(text: str, namespace: str) -> None:
+    """The printed query parses and every selector alternative carries exactly one namespace
+    matcher, ours (a defence against a printer that drops a matcher)."""
+    try:
+        groups = selector_groups(parse(text))
+    except NotConfined as exc:
+        raise NotConfined(f"could not be confined: the confined query does not parse back ({exc}); "
+                          "please report it with the query") from None
+    for sel, group in groups:
+        ns = [m for m in group if m.name == NAMESPACE_LABEL]
+        if len(ns) != 1 or ns[0].op != pp.MatchOp.Equal or ns[0].value != namespace:
+            raise NotConfined(f"could not be confined: {sel} lost its {NAMESPACE_LABEL} matcher when printed; "
+                              "please report it with the query")
