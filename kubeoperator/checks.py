@@ -14,6 +14,7 @@ the pool's numbers with warmpool.policy: both run on what passes here.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Mapping
 
@@ -90,7 +91,7 @@ class _Problems:
                 self.add(p, "is required")
             return None
         kinds = (int,) if integer else (int, float)
-        if isinstance(v, bool) or not isinstance(v, kinds) or v != v or v in (float("inf"), float("-inf")):
+        if isinstance(v, bool) or not isinstance(v, kinds) or not _finite(v):
             self.add(p, f"must be {'an integer' if integer else 'a finite number'}, got {type(v).__name__} {_short(v)}")
             return None
         if (lo is not None and (v <= lo if lo_open else v < lo)) or (hi is not None and v > hi):
@@ -107,6 +108,13 @@ class _Problems:
     def raise_if_any(self) -> None:
         if self.items:
             raise SpecError(self.items, QUERY_NOT_CONFINED if self.confinement else INVALID_SPEC)
+
+
+def _finite(v: float) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int past float's range: nothing downstream could use it
+        return False
 
 
 def _short(v: Any) -> str:

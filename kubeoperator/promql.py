@@ -12,10 +12,14 @@ mistake from the author). Functions that rewrite labels afterwards (``label_repl
 rename what was read; they cannot widen what is read.
 
 Parsing is promql-parser's (the Rust parser of Prometheus 2.45's grammar); the output is the
-parser's own printer of the transformed tree, re-parsed and checked before it is returned.
+parser's own printer (``prettify``) of the transformed tree, parsed again and checked before it
+is returned, so a printer bug refuses a query instead of running a wider one.
 """
 
 from __future__ import annotations
+
+import datetime as dt
+import json
 
 import promql_parser as pp
 
@@ -51,7 +55,6 @@ def selector_groups(expr: pp.Expr) -> list[tuple[str, list[pp.Matcher]]]:
     def visit(node):
         if isinstance(node, pp.VectorSelector):
             out.extend((str(node), group) for group in _groups(node.matchers))
-        return None
 
     pp.walk(expr, pre_visit=visit)
     return out
@@ -76,6 +79,31 @@ def _confine_group(group: list[pp.Matcher], namespace: str, where: str, problems
     return rest + [pp.Matcher(pp.MatchOp.Equal, NAMESPACE_LABEL, namespace)]
 
 
+_OPS = ((pp.MatchOp.Equal, "="), (pp.MatchOp.NotEqual, "!="), (pp.MatchOp.Re, "=~"), (pp.MatchOp.NotRe, "!~"))  # unhashable
+
+
+def _op(op: pp.MatchOp) -> str:
+    return next(text for o, text in _OPS if o == op)
+
+
+def _selector_text(node: pp.VectorSelector, matchers: list[pp.Matcher]) -> str:
+    """``node`` with ``matchers``, as PromQL. Printed here and parsed again because the binding
+    neither carries a matcher list set from Python into prettify() nor escapes quotes in str()
+    (``a="x\\"y"`` would come out as ``a="x"y"``)."""
+    # a JSON string is a PromQL double-quoted string (Go escapes); raw UTF-8 for non-ASCII,
+    # since Go's \u escapes take no surrogate pairs
+    body = ",".join(f"{m.name}{_op(m.op)}{json.dumps(m.value, ensure_ascii=False)}" for m in matchers)
+    text = f"{node.name or ''}{{{body}}}"
+    if node.at is not None:
+        at = node.at
+        text += " @ " + ("start()" if at.type == pp.AtModifierType.Start else "end()" if at.type == pp.AtModifierType.End
+                         else f"{at.at.timestamp():.3f}")
+    if node.offset is not None:
+        off = node.offset
+        text += " offset " + (f"-{pp.display_duration(-off)}" if off < dt.timedelta(0) else pp.display_duration(off))
+    return text
+
+
 def confine(query: str, namespace: str) -> str:
     """``query`` with every selector confined to ``namespace``; raises NotConfined."""
     expr = parse(query)
@@ -91,15 +119,14 @@ def confine(query: str, namespace: str) -> str:
             problems.append(f"{where} uses `or` between matchers; write it as two selectors joined by the `or` "
                             "operator (x{a=\"1\"} or x{b=\"2\"})")
             return None
-        node.matchers = pp.Matchers(_confine_group(groups[0], namespace, where, problems))
-        # a fresh node from the printed one: the binding's transform keeps a returned node whole,
-        # while an attribute set on the visited copy alone may not reach the tree it builds
-        return pp.parse(str(node))
+        return pp.parse(_selector_text(node, _confine_group(groups[0], namespace, where, problems)))
 
     out = pp.transform(expr, post_visit=visit)
     if problems:
         raise NotConfined("; ".join(dict.fromkeys(problems)))
-    text = str(out)
+    # prettify, not str(): str() drops the ':' of a subquery without a step ([1h:] -> [1h]);
+    # prettify breaks a query longer than 100 characters over lines, which PromQL allows
+    text = out.prettify()
     _check(text, namespace)
     return text
 
