@@ -8,8 +8,9 @@ and raise ``SpecError``; the runner turns it into the object's ``Ready`` conditi
 
 Unknown keys are not refused here: the API server prunes fields the schema does not declare,
 and a field a newer operator added (read by its own code) must not make this one refuse it.
-Semantic checks of spec.serving stay with forecaster.config (render.py maps their paths) and
-the pool's numbers with warmpool.policy: both run on what passes here.
+Semantic checks of spec.serving stay with forecaster.config (render.py maps their paths), but
+for the two values the operator reads itself, and the pool's numbers with warmpool.policy:
+both run on what passes here.
 """
 
 from __future__ import annotations
@@ -155,11 +156,35 @@ def check_autoscaler(obj: Any) -> dict[int, str]:
     floor = c.mapping(spec.get("reactiveFloor"), "spec.reactiveFloor")
     c.boolean(floor, "enabled", "spec.reactiveFloor")
     c.number(floor, "averageUtilization", "spec.reactiveFloor", integer=True, lo=1, hi=1000)
-    c.mapping(spec.get("serving"), "spec.serving")
-    c.mapping(spec.get("behavior"), "spec.behavior")
+    serving = c.mapping(spec.get("serving"), "spec.serving")
+    for key in ("targetValue", "sloUtilization"):  # read by the operator itself (the HPA, Observe mode)
+        c.number(serving, key, "spec.serving", lo=0, lo_open=True, hi=10)
+    _behavior(c, c.mapping(spec.get("behavior"), "spec.behavior"))
     queries = _metrics(c, spec, ns)
     c.raise_if_any()
     return queries
+
+
+def _behavior(c: _Problems, b: dict) -> None:
+    """The HPA's behavior as autoscaling/v2 (and Observe mode's shadow HPA) reads it."""
+    for side in ("scaleUp", "scaleDown"):
+        p = f"spec.behavior.{side}"
+        rules = c.mapping(b.get(side), p)
+        c.number(rules, "stabilizationWindowSeconds", p, integer=True, lo=0, hi=3600)
+        c.string(rules, "selectPolicy", p, choices=("Max", "Min", "Disabled"))
+        pols = rules.get("policies")
+        if pols is None:
+            continue
+        if not isinstance(pols, list):
+            c.add(f"{p}.policies", f"must be a list of {{type, value, periodSeconds}}, got {_short(pols)}")
+            continue
+        for i, raw in enumerate(pols):
+            pp = f"{p}.policies[{i}]"
+            pol = c.mapping(raw, pp, required=True)
+            if pol:
+                c.string(pol, "type", pp, required=True, choices=("Pods", "Percent"))
+                c.number(pol, "value", pp, required=True, integer=True, lo=1, hi=2**31 - 1)
+                c.number(pol, "periodSeconds", pp, required=True, integer=True, lo=1, hi=1800)
 
 
 def _metrics(c: _Problems, spec: dict, ns: str) -> dict[int, str]:
