@@ -181,7 +181,7 @@ def _behavior(c: _Problems, b: dict) -> None:
         for i, raw in enumerate(pols):
             pp = f"{p}.policies[{i}]"
             pol = c.mapping(raw, pp, required=True)
-            if pol:
+            if isinstance(raw, Mapping):
                 c.string(pol, "type", pp, required=True, choices=("Pods", "Percent"))
                 c.number(pol, "value", pp, required=True, integer=True, lo=1, hi=2**31 - 1)
                 c.number(pol, "periodSeconds", pp, required=True, integer=True, lo=1, hi=1800)
