@@ -144,9 +144,16 @@ def refused_object(obj: Any, err: SpecError, now: float, types: Sequence[str] = 
     msg = "; ".join(err.problems)
     status = {"observedGeneration": gen, "conditions": [
         condition(prev, t, "False" if t == "Ready" else "True", err.reason, msg, now, gen) for t in types]}
+    return status, invalid_event(prev, err.reason, msg, gen)
+
+
+def invalid_event(prev: Sequence[Mapping], reason: str, message: str, generation: int) -> list[Event]:
+    """A Warning Event about an invalid object, unless its Ready condition already says the
+    same for this generation (an Event per pass would flood the namespace)."""
     was = next((c for c in prev if c.get("type") == "Ready"), {})
-    told = was.get("reason") == err.reason and was.get("observedGeneration") == gen and was.get("message") == msg[:1024]
-    return status, ([] if told else [Event("Warning", err.reason, msg[:1024])])
+    told = (was.get("reason") == reason and was.get("observedGeneration") == generation
+            and was.get("message") == message[:1024])
+    return [] if told else [Event("Warning", reason, message[:1024])]
 
 
 def _conditions(pa: AutoscalerSpec, per_metric: list[dict], problems: Sequence[str], warnings: Sequence[str],

@@ -92,6 +92,8 @@ def render_trainer_config(base: Mapping[str, Any] | None, autoscalers: Iterable[
         msg = "the trainer's base ConfigMap is missing (helm value trainer.config, or foresight-workloads)"
         return Rendered(text="", problems={(p.namespace, p.name): [msg] for p in pas})
     base = copy.deepcopy(dict(base))
+    # the base's own workloads are the admin's: their queries run as written, unconfined; only
+    # what a PredictiveAutoscaler brings was confined to its namespace (kubeoperator.checks)
     manual = {(w.get("namespace"), w.get("name")) for w in base.get("workloads") or [] if isinstance(w, dict)}
     doc = {**base, "workloads": list(base.get("workloads") or [])}
     problems: dict[Key, list[str]] = {}
@@ -118,6 +120,27 @@ def render_trainer_config(base: Mapping[str, Any] | None, autoscalers: Iterable[
     return Rendered(text=yaml.safe_dump(doc, sort_keys=False), problems=problems, warnings=warnings)
 
 
+_POOL_CAMEL = {"idle_ttl": "idleTTL", "hold_on_ttl": "holdOnTTL"}  # the rest: snake_case -> camelCase
+
+
+def pool_spec_path(problem: str, pool: str) -> str:
+    """A policy problem of this WarmPool's pool (``pools[shop.web].min_warm: ...``) with the
+    object's own path (``spec.minWarm: ...``); the base policy's own problems keep theirs."""
+    prefix = f"pools[{pool}]"
+    if not problem.startswith(prefix):
+        return problem
+
+    def camel(m: re.Match) -> str:
+        word = m.group(1)
+        return "." + _POOL_CAMEL.get(word, re.sub(r"_([a-z])", lambda x: x.group(1).upper(), word))
+
+    path, sep, msg = problem[len(prefix):].partition(": ")
+    path = re.sub(r"\.([a-z_]+)", camel, path)
+    if path == ".workload.name":
+        path = ".workload"
+    return f"spec{path}{sep}{msg}" if path else f"spec{sep}{msg}"
+
+
 def render_warmpool_policy(base: Mapping[str, Any] | None, pools: Iterable[WarmPoolSpec]) -> Rendered:
     """The controller's policy: the base's runtime classes and memory budget, its own pools,
     and one pool per WarmPool object."""
@@ -133,7 +156,7 @@ def render_warmpool_policy(base: Mapping[str, Any] | None, pools: Iterable[WarmP
         try:
             parse_policy({**doc, "pools": doc["pools"] + [pool]}, f"{wp.namespace}/{wp.name}")
         except ConfigError as exc:
-            problems[(wp.namespace, wp.name)] = list(exc.problems)
+            problems[(wp.namespace, wp.name)] = [pool_spec_path(p, wp.pool_name) for p in exc.problems]
             continue
         doc["pools"].append(pool)
     # written with no pools too: the controller's pod mounts the file, and starts (or drops the last

@@ -24,7 +24,7 @@ from kubeoperator.kube import KubeApi, KubeError
 from kubeoperator.observe import Capacity
 from kubeoperator.checks import SpecError
 from kubeoperator.pools import claim_counts, warmpool_status
-from kubeoperator.reconcile import reconcile_autoscaler, refused_object
+from kubeoperator.reconcile import invalid_event, prev_conditions, reconcile_autoscaler, refused_object
 from kubeoperator.render import render_trainer_config, render_warmpool_policy
 from kubeoperator.spec import parse_autoscaler, parse_warmpool
 
@@ -234,6 +234,10 @@ class Operator:
                 st = warmpool_status(obj, views.get(wp.pool_name), counts.get(wp.pool_name), problems, ctl_error, now)
                 self.api.patch_status("WarmPool", wp.namespace, wp.name, st)
                 rep.warmpools += 1
+                events = invalid_event(prev_conditions(obj), "InvalidPool", "; ".join(problems), wp.generation) if problems else []
+                for ev in events:
+                    self.api.emit_event({**obj, "kind": "WarmPool"}, ev, now)
+                rep.events += len(events)
             except KubeError as exc:
                 rep.errors.append(f"{wp.namespace}/{wp.name}: {exc}")
             except Exception as exc:  # noqa: BLE001 - one object's bug never stops the others

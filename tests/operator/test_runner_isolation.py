@@ -212,3 +212,18 @@ def test_run_survives_a_pass_that_raises_and_keeps_passing():
     worker.join(timeout=30)
     assert not worker.is_alive() and len(passes) == 3
     assert ("HorizontalPodAutoscaler", "shop", "a") in api.applied  # the passes after the crash did their work
+
+
+def test_a_warm_pool_the_policy_refuses_is_told_with_its_own_field_path_once():
+    api = FakeKube({"WarmPool": [wp("web", minWarm=6, maxWarm=5), wp("ok")]})
+    api.configmaps[("foresight", "foresight-warmpool-base")] = {"metadata": {}, "data": {"policy.yaml": "{}"}}
+    op = operator(api, warmpool_configmap="foresight-warmpool-policy")
+    rep = op.step()
+    assert rep.warmpools == 2  # both get a status; only "ok" is in the policy
+    bad = ready(api, "WarmPool", "shop", "web")
+    assert (bad["status"], bad["reason"]) == ("False", "InvalidPool")
+    assert bad["message"].startswith("spec.minWarm: 6 must be <= ")
+    assert api.events == [("WarmPool", "shop/web", "Warning", "InvalidPool")]
+    api.objects["WarmPool"][0]["status"] = api.statuses[("WarmPool", "shop", "web")]
+    op.step()
+    assert len(api.events) == 1  # the same generation: the condition keeps saying it
