@@ -260,3 +260,28 @@ def test_a_generated_warm_pool_is_rendered_or_refused_with_paths_never_a_crash(c
     rate = pool.get("request_rate", {}).get("series")  # None: the policy says it is required
     assert pool["series"].startswith(f"{wp.namespace}/") and (rate is None or rate.startswith(f"{wp.namespace}/"))
     render_warmpool_policy(None, [wp])  # the policy's own problems are data
+
+
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")  # Kubernetes' label value syntax
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+label = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,10}[a-z0-9])?", fullmatch=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ns=label, name=st.lists(label, min_size=1, max_size=3).map(".".join), other_ns=label,
+       other_name=st.lists(label, min_size=1, max_size=3).map(".".join))
+def test_a_pool_id_is_a_label_value_and_a_pod_name_prefix_and_two_objects_never_share_one(ns, name, other_ns, other_name):
+    from warmpool.policy import parse_policy, pool_id
+
+    obj = _with(_with(_with(WP, "metadata.namespace", ns), "metadata.name", name), "spec.series", _DELETE)
+    obj["spec"]["requestRate"]["series"] = f"{ns}/w/rps"
+    try:
+        wp = parse_warmpool(obj)
+    except SpecError as exc:
+        assert len(pool_id(ns, name)) > 63 and exc.problems[0].startswith("metadata.name: the pool id")
+        return
+    pid = wp.pool_name
+    assert len(pid) <= 63 and LABEL_VALUE.fullmatch(pid)  # foresight.dev/pool=<id>
+    assert DNS_SUBDOMAIN.fullmatch(f"fs-{pid}-0123456789")  # the pods' names
+    assert parse_policy(yaml.safe_load(render_warmpool_policy(None, [wp]).text)).pools[0].name == pid
+    assert (pool_id(other_ns, other_name) == pid) == ((other_ns, other_name) == (ns, name))
