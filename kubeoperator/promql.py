@@ -97,11 +97,20 @@ def _selector_text(node: pp.VectorSelector, matchers: list[pp.Matcher]) -> str:
     if node.at is not None:
         at = node.at
         text += " @ " + ("start()" if at.type == pp.AtModifierType.Start else "end()" if at.type == pp.AtModifierType.End
-                         else f"{at.at.timestamp():.3f}")
+                         else f"{_at_seconds(at):.3f}")
     if node.offset is not None:
         off = node.offset
         text += " offset " + (f"-{pp.display_duration(-off)}" if off < dt.timedelta(0) else pp.display_duration(off))
     return text
+
+
+def _at_seconds(at: pp.AtModifier) -> float:
+    try:
+        return at.at.timestamp()
+    except BaseException as exc:  # noqa: BLE001 - the binding panics on a time before 1970
+        if isinstance(exc, _NOT_OURS):
+            raise
+        raise NotConfined("uses @ with a time before 1970; give a Unix time after 1970, or start() or end()") from None
 
 
 def confine(query: str, namespace: str) -> str:
@@ -119,9 +128,23 @@ def confine(query: str, namespace: str) -> str:
             problems.append(f"{where} uses `or` between matchers; write it as two selectors joined by the `or` "
                             "operator (x{a=\"1\"} or x{b=\"2\"})")
             return None
-        return pp.parse(_selector_text(node, _confine_group(groups[0], namespace, where, problems)))
+        try:
+            text = _selector_text(node, _confine_group(groups[0], namespace, where, problems))
+        except NotConfined as exc:
+            problems.append(f"{where} {exc}")
+            return None
+        try:
+            return parse(text)
+        except NotConfined as exc:
+            problems.append(f"{where} could not be confined ({text} {exc}); please report it with the query")
+            return None
 
-    out = pp.transform(expr, post_visit=visit)
+    try:
+        out = pp.transform(expr, post_visit=visit)
+    except BaseException as exc:  # noqa: BLE001 - the binding's own failure: refuse, never pass through
+        if isinstance(exc, _NOT_OURS):
+            raise
+        raise NotConfined(f"could not be confined ({type(exc).__name__}: {exc}); please report it with the query") from None
     if problems:
         raise NotConfined("; ".join(dict.fromkeys(problems)))
     # prettify, not str(): str() drops the ':' of a subquery without a step ([1h:] -> [1h]);

@@ -53,6 +53,9 @@ CORPUS = [
     ('sum(rate(http_requests_total{namespace="shop"}[2m]))', 'sum(rate(http_requests_total{namespace="shop"}[2m]))'),
     ('x{namespace="shop",namespace="shop"}', 'x{namespace="shop"}'),
     ("scalar(sum(x)) * vector(2)", 'scalar(sum(x{namespace="shop"})) * vector(2)'),
+    ("x offset 1y2w @ start()", 'x{namespace="shop"} @ start() offset 379d'),
+    ("rate(x[5m] @ 1.0005 offset -1m)", 'rate(x{namespace="shop"}[5m] @ 1.001 offset -1m)'),
+    ('x{a="\u00e9\x41\U0001F600"}', 'x{a="éA😀",namespace="shop"}'),
     ('"a string"', '"a string"'),
     ("42", "42"),
 ]
@@ -125,8 +128,9 @@ def test_confining_twice_changes_nothing_more():
     ('sum(a) / sum(b{namespace="bank"})', ['namespace="bank"']),
     ('max_over_time(x{namespace="bank"}[1h:5m])', ['namespace="bank"']),
     ('x{a="1" or b="2"}', ["`or`", "two selectors"]),
+    ("x @ -1", ["before 1970"]),  # the binding panics reading such a time: refused, not crashed
 ], ids=["other", "other-in-range", "regex", "not-equal", "not-regex", "empty", "one-side-of-a-binary",
-        "in-a-subquery", "or-matchers"])
+        "in-a-subquery", "or-matchers", "at-before-1970"])
 def test_a_query_reaching_outside_its_namespace_is_refused_with_the_fix(query, words):
     with pytest.raises(NotConfined) as e:
         confine(query, NS)
@@ -164,7 +168,9 @@ def selectors(draw, ns_matchers):
     ms += draw(ns_matchers)
     sel = f"{name}{{{','.join(ms)}}}" if ms else name
     if draw(st.booleans()):
-        sel += f" offset {draw(durations)}"
+        sel += " @ " + draw(st.sampled_from(["start()", "end()"]) | st.integers(0, 4_000_000_000).map(str))
+    if draw(st.booleans()):
+        sel += f" offset {draw(st.sampled_from(['', '-']))}{draw(durations)}"
     return sel
 
 
