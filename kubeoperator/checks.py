@@ -130,6 +130,7 @@ def _metadata(c: _Problems, obj: Any) -> tuple[str, str]:
     md = c.mapping(obj.get("metadata"), "metadata", required=True)
     ns = c.string(md, "namespace", "metadata", required=True, pattern=DNS_LABEL, hint="must be a namespace name")
     name = c.string(md, "name", "metadata", required=True, pattern=DNS_SUBDOMAIN, hint="must be a DNS subdomain name")
+    c.string(md, "uid", "metadata")  # the HPA's ownerReference
     gen = md.get("generation")
     if gen is not None and (isinstance(gen, bool) or not isinstance(gen, int)):
         c.add("metadata.generation", f"must be an integer, got {_short(gen)}")

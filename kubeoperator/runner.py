@@ -20,9 +20,9 @@ import yaml
 
 from forecaster.served import MetricSettings
 from forecaster.store import ForecastStore, StoreError
+from kubeoperator.checks import SpecError
 from kubeoperator.kube import KubeApi, KubeError
 from kubeoperator.observe import Capacity
-from kubeoperator.checks import SpecError
 from kubeoperator.pools import claim_counts, warmpool_status
 from kubeoperator.reconcile import invalid_event, prev_conditions, reconcile_autoscaler, refused_object
 from kubeoperator.render import render_trainer_config, render_warmpool_policy
