@@ -247,3 +247,15 @@ def test_any_text_is_confined_or_refused_never_a_crash(text, ns):
         assert str(exc)
         return
     assert_confined(got, ns)
+
+
+def test_a_query_is_confined_once_while_its_text_and_namespace_stay_the_same():
+    from kubeoperator import promql
+
+    promql._confine.cache_clear()
+    q = 'sum(rate(http_requests_total{job="cache-test"}[2m]))'
+    first = confine(q, NS)
+    assert confine(q, NS) is first and promql._confine.cache_info().hits == 1
+    assert confine(q, "bank") == first.replace('"shop"', '"bank"')  # another namespace: its own entry
+    with pytest.raises(NotConfined):
+        confine(["not", "a", "string"], NS)  # type: ignore[arg-type]
