@@ -269,3 +269,13 @@ def test_warm_pool_status_carries_warm_claimed_hit_rate_and_the_ttl_decay_step()
     assert st["conditions"][0]["status"] == "True"
     st = warmpool_status(WP, None, None, [], "refused", NOW)
     assert (st["conditions"][0]["status"], st["conditions"][0]["reason"]) == ("False", "ControllerUnreachable")
+
+
+def test_a_base_config_the_trainer_would_refuse_is_every_autoscalers_problem_with_the_bases_path():
+    base = {**BASE, "training": {"quantiles": [1.5]}}
+    other = copy.deepcopy(PA)
+    other["metadata"]["name"] = other["spec"]["scaleTargetRef"]["name"] = "other"
+    r = render_trainer_config(base, [parse_autoscaler(PA), parse_autoscaler(other)])
+    assert r.problems == {k: ["training.quantiles[0]: 1.5 must be a number in (0, 1)"]
+                          for k in (("shop", "checkout"), ("shop", "other"))}
+    assert [w["name"] for w in yaml.safe_load(r.text)["workloads"]] == ["cart"]  # no autoscaler added to it

@@ -227,3 +227,23 @@ def test_a_warm_pool_the_policy_refuses_is_told_with_its_own_field_path_once():
     api.objects["WarmPool"][0]["status"] = api.statuses[("WarmPool", "shop", "web")]
     op.step()
     assert len(api.events) == 1  # the same generation: the condition keeps saying it
+
+
+def test_a_pass_validates_each_autoscalers_workload_once_so_it_grows_linearly_with_the_fleet(monkeypatch):
+    """Each entry used to be validated on top of every entry accepted before it: 1,000
+    autoscalers cost half a million workload checks (a minute) per pass."""
+    from kubeoperator import render
+
+    checked = []
+
+    def counting(data, source="<config>"):
+        checked.append(len(data.get("workloads") or []))
+        return real(data, source)
+
+    real = render.parse_config
+    monkeypatch.setattr(render, "parse_config", counting)
+    n = 60
+    api = FakeKube({"PredictiveAutoscaler": [pa(f"w{i}") for i in range(n)]})
+    rep = operator(api).step()
+    assert rep.autoscalers == n and len(trainer_config(api)["workloads"]) == n
+    assert sum(checked) == n  # the base (no workloads) once, then each entry alone
