@@ -171,14 +171,25 @@ def render_warmpool_policy(base: Mapping[str, Any] | None, pools: Iterable[WarmP
     doc.setdefault("kind", "WarmPoolPolicy")
     doc["pools"] = list(doc.get("pools") or [])
     problems: dict[Key, list[str]] = {}
+    try:  # the base alone, once (as the trainer's: checking each pool on top of all before it was quadratic)
+        parse_policy(doc, "the warm-pool base ConfigMap")
+        base_problems: list[str] = []
+    except ConfigError as exc:
+        base_problems = list(exc.problems)
+    names = {p.get("name") for p in doc["pools"] if isinstance(p, dict)}
     for wp in sorted(pools, key=lambda p: (p.namespace, p.name)):
         pool = wp.to_policy_pool()
+        if base_problems or pool["name"] in names:  # the only check across pools: a name taken by the base
+            problems[(wp.namespace, wp.name)] = base_problems or [
+                f"metadata.name: the base policy already has a pool named {pool['name']!r}; rename this WarmPool"]
+            continue
         try:
-            parse_policy({**doc, "pools": doc["pools"] + [pool]}, f"{wp.namespace}/{wp.name}")
+            parse_policy({**doc, "pools": [pool]}, f"{wp.namespace}/{wp.name}")
         except ConfigError as exc:
             problems[(wp.namespace, wp.name)] = [pool_spec_path(p, wp.pool_name) for p in exc.problems]
             continue
         doc["pools"].append(pool)
+        names.add(pool["name"])
     # written with no pools too: the controller's pod mounts the file, and starts (or drops the last
     # pool of a deleted WarmPool) on it
     return Rendered(text=_dump(doc), problems=problems)

@@ -279,3 +279,15 @@ def test_a_base_config_the_trainer_would_refuse_is_every_autoscalers_problem_wit
     assert r.problems == {k: ["training.quantiles[0]: 1.5 must be a number in (0, 1)"]
                           for k in (("shop", "checkout"), ("shop", "other"))}
     assert [w["name"] for w in yaml.safe_load(r.text)["workloads"]] == ["cart"]  # no autoscaler added to it
+
+
+def test_a_warm_pool_named_like_a_pool_of_the_base_policy_is_refused_and_the_base_pool_kept():
+    from warmpool.policy import parse_policy
+
+    base = {"pools": [{"name": "shop.checkout", "workload": {"namespace": "shop", "name": "checkout"}}]}
+    other = {**WP, "metadata": {**WP["metadata"], "name": "other"}, "spec": {**WP["spec"], "workload": "other"}}
+    r = render_warmpool_policy(base, [parse_warmpool(WP), parse_warmpool(other)])
+    assert r.problems == {("shop", "checkout"): [
+        "metadata.name: the base policy already has a pool named 'shop.checkout'; rename this WarmPool"]}
+    pools = parse_policy(yaml.safe_load(r.text)).pools
+    assert [(p.name, p.backend) for p in pools] == [("shop.checkout", "crun"), ("shop.other", "kubernetes")]
