@@ -337,7 +337,9 @@ def experiment(node, release_namespace: str, quick: bool, data_dir, progress=pri
     url, ctx = warmpool_api(cp, release_namespace)
     # the token outlives the run's set-up, its minutes and the releases after them
     client = WarmPoolClient(url, ctx, claimer_token(cp, seconds=60 * (minutes + 30)))
-    pools = [f"{NS}-{x}" for x in names]  # the controller's pool names (namespace-name)
+    from warmpool.policy import pool_id
+
+    pools = [pool_id(NS, x) for x in names]  # the controller's pool names (<namespace>.<name>)
     try:
         for name, mem in zip(names, sub.memory_mb):
             body = warmpool_object(tpl, name, float(mem), node.images["busybox"]["ref"])

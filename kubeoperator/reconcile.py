@@ -17,6 +17,7 @@ from forecaster.served import (MetricSettings, NoData, ServedValue, observed_now
                              served_load_ratio)
 from forecaster.store import Forecast
 from kubeoperator.observe import Capacity, Shadow, hpa_spec, observe_status, shadow_sync, slo_utilization
+from kubeoperator.checks import SpecError
 from kubeoperator.spec import AutoscalerSpec, MetricSpec, parse_autoscaler
 from replay.hpa import HPA
 
@@ -122,6 +123,37 @@ def condition(prev: Sequence[Mapping], type_: str, status: str, reason: str, mes
     since = old.get("lastTransitionTime") if old and old.get("status") == status else iso(now)
     return {"type": type_, "status": status, "reason": reason, "message": message[:1024],
             "lastTransitionTime": since, "observedGeneration": generation}
+
+
+def prev_conditions(obj: Any) -> list[dict]:
+    """The conditions of the object's last status, whatever shape a stranger left it in."""
+    st = obj.get("status") if isinstance(obj, Mapping) else None
+    conds = st.get("conditions") if isinstance(st, Mapping) else None
+    return [c for c in conds if isinstance(c, dict)] if isinstance(conds, list) else []
+
+
+def refused_object(obj: Any, err: SpecError, now: float, types: Sequence[str] = ("Ready", "Degraded")) -> tuple[dict, list[Event]]:
+    """The status and Events of an object whose spec is refused (it is not reconciled: no
+    trainer workload or pool, and an HPA an earlier generation made stays as it was). Its
+    conditions give every problem with its field path; a Warning Event tells it once per
+    generation and reason."""
+    md = obj.get("metadata") if isinstance(obj, Mapping) else None
+    gen = md.get("generation") if isinstance(md, Mapping) else None
+    gen = gen if isinstance(gen, int) and not isinstance(gen, bool) else 0
+    prev = prev_conditions(obj)
+    msg = "; ".join(err.problems)
+    status = {"observedGeneration": gen, "conditions": [
+        condition(prev, t, "False" if t == "Ready" else "True", err.reason, msg, now, gen) for t in types]}
+    return status, invalid_event(prev, err.reason, msg, gen)
+
+
+def invalid_event(prev: Sequence[Mapping], reason: str, message: str, generation: int) -> list[Event]:
+    """A Warning Event about an invalid object, unless its Ready condition already says the
+    same for this generation (an Event per pass would flood the namespace)."""
+    was = next((c for c in prev if c.get("type") == "Ready"), {})
+    told = (was.get("reason") == reason and was.get("observedGeneration") == generation
+            and was.get("message") == message[:1024])
+    return [] if told else [Event("Warning", reason, message[:1024])]
 
 
 def _conditions(pa: AutoscalerSpec, per_metric: list[dict], problems: Sequence[str], warnings: Sequence[str],

@@ -20,10 +20,11 @@ import yaml
 
 from forecaster.served import MetricSettings
 from forecaster.store import ForecastStore, StoreError
+from kubeoperator.checks import SpecError
 from kubeoperator.kube import KubeApi, KubeError
 from kubeoperator.observe import Capacity
 from kubeoperator.pools import claim_counts, warmpool_status
-from kubeoperator.reconcile import reconcile_autoscaler
+from kubeoperator.reconcile import invalid_event, prev_conditions, reconcile_autoscaler, refused_object
 from kubeoperator.render import render_trainer_config, render_warmpool_policy
 from kubeoperator.spec import parse_autoscaler, parse_warmpool
 
@@ -65,6 +66,14 @@ class PassReport:
     warmpools: int = 0
     events: int = 0
     errors: list[str] = field(default_factory=list)
+    refused: int = 0  # objects whose spec was refused (each told by its condition and an Event)
+    crashed: int = 0  # objects (or whole phases) that raised something unexpected: logged, skipped
+
+
+def _key(obj: Any) -> str:
+    md = obj.get("metadata") if isinstance(obj, dict) else None
+    md = md if isinstance(md, dict) else {}
+    return f"{md.get('namespace', '?')}/{md.get('name', '?')}"
 
 
 class Operator:
@@ -81,20 +90,56 @@ class Operator:
 
     # -- one pass
     def step(self) -> PassReport:
+        """One pass. Never raises: a phase that fails (the API server down) is an error of the
+        report, and the other phase still runs."""
         rep = PassReport()
         now = self.clock()
-        try:
-            self._autoscalers(now, rep)
-        except KubeError as exc:
-            rep.errors.append(str(exc))
+        phases = [("PredictiveAutoscalers", self._autoscalers)]
         if self.settings.warmpool_configmap:
+            phases.append(("WarmPools", self._warmpools))
+        for what, phase in phases:
             try:
-                self._warmpools(now, rep)
+                phase(now, rep)
             except KubeError as exc:
                 rep.errors.append(str(exc))
+            except Exception as exc:  # noqa: BLE001 - a bug must not stop the other phase or the loop
+                log.exception("%s pass failed", what)
+                rep.crashed += 1
+                rep.errors.append(f"{what}: unexpected {type(exc).__name__}: {exc}")
         for e in rep.errors:
             log.warning("%s", e)
         return rep
+
+    def _parse(self, objs: list, parse: Callable, rep: PassReport) -> tuple[list, list]:
+        """(object, spec) of each valid object, and (object, SpecError) of each refused one:
+        one object's bad spec never keeps the others from their pass."""
+        good, bad = [], []
+        for obj in objs:
+            try:
+                good.append((obj, parse(obj)))
+            except SpecError as exc:
+                bad.append((obj, exc))
+            except Exception as exc:  # noqa: BLE001 - a parser bug costs this object only
+                log.exception("parsing %s", _key(obj))
+                rep.crashed += 1
+                rep.errors.append(f"{_key(obj)}: unexpected {type(exc).__name__} while parsing: {exc}")
+        return good, bad
+
+    def _tell_refused(self, kind: str, bad: list, now: float, rep: PassReport, types: tuple[str, ...]) -> None:
+        for obj, err in bad:
+            rep.refused += 1
+            try:
+                status, events = refused_object(obj, err, now, types)
+                md = obj["metadata"]
+                self.api.patch_status(kind, md["namespace"], md["name"], status)
+                for ev in events:
+                    self.api.emit_event({**obj, "kind": kind}, ev, now)
+                rep.events += len(events)
+            except KubeError as exc:
+                rep.errors.append(f"{_key(obj)}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - metadata too broken to address the object
+                log.warning("%s %s is refused (%s) and cannot be told: %s", kind, _key(obj), err, exc)
+                rep.errors.append(f"{_key(obj)}: refused, and its status cannot be written: {exc}")
 
     def _base(self, name: str | None, key: str) -> tuple[dict | None, str | None]:
         cm = self.api.get_configmap(self.settings.namespace, name) if name else None
@@ -104,14 +149,18 @@ class Operator:
         if uid:
             self._owners[name] = [{"apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": uid}]
         try:
-            return yaml.safe_load((cm.get("data") or {}).get(key, "")) or {}, None
+            doc = yaml.safe_load((cm.get("data") or {}).get(key, "")) or {}
         except yaml.YAMLError as exc:
             return None, f"ConfigMap {name} key {key} is not valid YAML: {exc}"
+        if not isinstance(doc, dict):
+            return None, f"ConfigMap {name} key {key} must be a YAML mapping, got {type(doc).__name__}"
+        return doc, None
 
     def _autoscalers(self, now: float, rep: PassReport) -> None:
         s = self.settings
-        objs = self.api.list("PredictiveAutoscaler")
-        specs = [parse_autoscaler(o) for o in objs]
+        parsed, refused = self._parse(self.api.list("PredictiveAutoscaler"), parse_autoscaler, rep)
+        self._tell_refused("PredictiveAutoscaler", refused, now, rep, ("Ready", "Degraded"))
+        specs = [pa for _, pa in parsed]
         base, err = self._base(s.base_configmap, s.base_key)
         rendered = render_trainer_config(base, specs)
         if err:
@@ -127,7 +176,7 @@ class Operator:
         live = {(p.namespace, p.name) for p in specs}
         for k in [k for k in self._shadows if k not in live]:
             del self._shadows[k]
-        for obj, pa in zip(objs, specs):
+        for obj, pa in parsed:
             key = (pa.namespace, pa.name)
             try:
                 cap = None
@@ -147,6 +196,10 @@ class Operator:
                 rep.autoscalers += 1
             except KubeError as exc:
                 rep.errors.append(f"{pa.namespace}/{pa.name}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - one object's bug never stops the others
+                log.exception("reconciling PredictiveAutoscaler %s/%s", pa.namespace, pa.name)
+                rep.crashed += 1
+                rep.errors.append(f"{pa.namespace}/{pa.name}: unexpected {type(exc).__name__}: {exc}")
 
     def _write_trainer_config(self, text: str, digest: str) -> None:
         s = self.settings
@@ -165,24 +218,32 @@ class Operator:
 
     def _warmpools(self, now: float, rep: PassReport) -> None:
         s = self.settings
-        objs = self.api.list("WarmPool")
-        pools = [parse_warmpool(o) for o in objs]
+        parsed, refused = self._parse(self.api.list("WarmPool"), parse_warmpool, rep)
+        self._tell_refused("WarmPool", refused, now, rep, ("Ready",))
         base, err = self._base(s.warmpool_base_configmap, s.warmpool_key)
-        rendered = render_warmpool_policy(base, pools)
+        rendered = render_warmpool_policy(base, [wp for _, wp in parsed])
         self.api.apply({"apiVersion": "v1", "kind": "ConfigMap",
                         "metadata": {"name": s.warmpool_configmap, "namespace": s.namespace,
                                      "labels": {"app.kubernetes.io/managed-by": "foresight-operator"},
                                      "ownerReferences": self._owners.get(s.warmpool_base_configmap or "", [])},
                         "data": {s.warmpool_key: rendered.text}})
         views, counts, ctl_error = self._controller_view()
-        for obj, wp in zip(objs, pools):
+        for obj, wp in parsed:
             problems = rendered.problems.get((wp.namespace, wp.name), []) + ([err] if err else [])
-            st = warmpool_status(obj, views.get(wp.pool_name), counts.get(wp.pool_name), problems, ctl_error, now)
             try:
+                st = warmpool_status(obj, views.get(wp.pool_name), counts.get(wp.pool_name), problems, ctl_error, now)
                 self.api.patch_status("WarmPool", wp.namespace, wp.name, st)
                 rep.warmpools += 1
+                events = invalid_event(prev_conditions(obj), "InvalidPool", "; ".join(problems), wp.generation) if problems else []
+                for ev in events:
+                    self.api.emit_event({**obj, "kind": "WarmPool"}, ev, now)
+                rep.events += len(events)
             except KubeError as exc:
                 rep.errors.append(f"{wp.namespace}/{wp.name}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - one object's bug never stops the others
+                log.exception("WarmPool %s/%s", wp.namespace, wp.name)
+                rep.crashed += 1
+                rep.errors.append(f"{wp.namespace}/{wp.name}: unexpected {type(exc).__name__}: {exc}")
 
     def _controller_view(self) -> tuple[dict[str, dict], dict[str, tuple[float, float]], str | None]:
         url = self.settings.warmpool_url
@@ -207,9 +268,12 @@ class Operator:
                                  daemon=True).start()
         while not stop.is_set():
             self._wake.clear()
-            rep = self.step()
-            log.info("pass: %d autoscalers, %d warm pools, %d events, %d errors",
-                     rep.autoscalers, rep.warmpools, rep.events, len(rep.errors))
+            try:
+                rep = self.step()
+                log.info("pass: %d autoscalers, %d warm pools, %d refused, %d events, %d errors, %d crashed",
+                         rep.autoscalers, rep.warmpools, rep.refused, rep.events, len(rep.errors), rep.crashed)
+            except Exception:  # noqa: BLE001 - step() catches per object; this is the last line
+                log.exception("operator pass failed; the next one runs after the resync interval")
             self._wake.wait(self.settings.resync_seconds)
             stop.wait(0.2)  # a burst of watch events is one pass
 

@@ -1,7 +1,8 @@
 """PredictiveAutoscaler and WarmPool objects (plain dicts from the API server) -> frozen specs.
 
-The CRD schema already refused invalid objects; parsing here only fills defaults, so an object
-written before a schema change still reconciles.
+The CRD schema refuses most invalid objects; parsing checks every field it reads again
+(kubeoperator.checks: SpecError with field paths), confines each Demand query to the object's
+namespace, and fills defaults, so an object written before a schema change still reconciles.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from typing import Any, Mapping
 
 from forecaster.predicted import metric_series_id, served_names
 from forecaster.timing import TIMING
+from kubeoperator.checks import check_autoscaler, check_warmpool
+from warmpool.policy import pool_id
 
 GROUP = "foresight.dev"
 VERSION = "v1alpha1"
@@ -86,24 +89,40 @@ class AutoscalerSpec:
 
 
 def parse_autoscaler(obj: Mapping[str, Any]) -> AutoscalerSpec:
+    """Raises kubeoperator.checks.SpecError. A Demand metric's query is the confined one: only
+    that reaches the trainer."""
+    queries = check_autoscaler(obj)
     md, spec = obj["metadata"], obj.get("spec") or {}
     ref = spec.get("scaleTargetRef") or {}
     floor = spec.get("reactiveFloor") or {}
     metrics = tuple(
-        MetricSpec(name=m["name"], type=m.get("type", "Resource"), cpu_request_cores=m.get("cpuRequestCores"),
-                   query=m.get("query"), capacity_per_replica=m.get("capacityPerReplica"))
-        for m in spec.get("metrics") or ()
+        MetricSpec(name=m["name"], type=_or(m, "type", "Resource"), cpu_request_cores=m.get("cpuRequestCores"),
+                   query=queries.get(i), capacity_per_replica=m.get("capacityPerReplica"))
+        for i, m in enumerate(spec.get("metrics") or ())
     )
     serving = {SERVING_FIELDS[k]: (tuple(v) if isinstance(v, list) else v)
-               for k, v in (spec.get("serving") or {}).items() if k in SERVING_FIELDS}
+               for k, v in (spec.get("serving") or {}).items() if k in SERVING_FIELDS and v is not None}
     return AutoscalerSpec(
-        namespace=md["namespace"], name=md["name"], uid=md.get("uid", ""), generation=int(md.get("generation", 0)),
-        target_api_version=ref.get("apiVersion", "apps/v1"), target_kind=ref.get("kind", "Deployment"),
-        target_name=ref.get("name", ""), min_replicas=int(spec.get("minReplicas", 1)),
+        namespace=md["namespace"], name=md["name"], uid=_or(md, "uid", ""), generation=int(_or(md, "generation", 0)),
+        target_api_version=_or(ref, "apiVersion", "apps/v1"), target_kind=_or(ref, "kind", "Deployment"),
+        target_name=_or(ref, "name", ""), min_replicas=int(_or(spec, "minReplicas", 1)),
         max_replicas=int(spec["maxReplicas"]), metrics=metrics,
-        floor_enabled=bool(floor.get("enabled", True)), floor_utilization=int(floor.get("averageUtilization", 70)),
-        serving=serving, behavior=spec.get("behavior"), mode=spec.get("mode") or "Act",
+        floor_enabled=bool(_or(floor, "enabled", True)), floor_utilization=int(_or(floor, "averageUtilization", 70)),
+        serving=serving, behavior=_no_nulls(spec.get("behavior")), mode=spec.get("mode") or "Act",
     )
+
+
+def _no_nulls(v: Any) -> Any:
+    """``v`` without null members: a null is an absent field (the HPA's default applies)."""
+    if isinstance(v, Mapping):
+        return {k: _no_nulls(x) for k, x in v.items() if x is not None}
+    return [_no_nulls(x) for x in v] if isinstance(v, list) else v
+
+
+def _or(d: Mapping[str, Any], key: str, default: Any) -> Any:
+    """``d[key]``, or ``default`` when absent or null (a merge patch's null removes a field)."""
+    v = d.get(key)
+    return default if v is None else v
 
 
 @dataclass(frozen=True)
@@ -115,8 +134,9 @@ class WarmPoolSpec:
 
     @property
     def pool_name(self) -> str:
-        """The pool's name in the controller's policy (pool names are one namespace there)."""
-        return f"{self.namespace}-{self.name}"
+        """The pool's name in the controller's policy (pool names are one namespace there):
+        ``<namespace>.<name>``, which no other object's can equal (warmpool.policy.pool_id)."""
+        return pool_id(self.namespace, self.name)
 
     def to_policy_pool(self) -> dict:
         """The pool as warmpool.policy reads it (snake_case keys)."""
@@ -129,21 +149,21 @@ class WarmPoolSpec:
         plain = {"quantile": "quantile", "runtimeClass": "runtime_class", "backend": "backend", "minWarm": "min_warm",
                  "maxWarm": "max_warm", "capacityPerContainer": "capacity_per_container", "leadSeconds": "lead_seconds"}
         out.update({snake: s[camel] for camel, snake in plain.items() if camel in s})
-        if "template" in s:
+        if s.get("template") is not None:
             out["template"] = dict(s["template"])
-        if "idleTTL" in s:
+        if s.get("idleTTL") is not None:
             t = s["idleTTL"]
             out["idle_ttl"] = {k2: t[k1] for k1, k2 in (("initialSeconds", "initial_seconds"), ("decay", "decay"),
                                                        ("floorSeconds", "floor_seconds")) if k1 in t}
-        if "idleModel" in s:
+        if s.get("idleModel") is not None:
             m = s["idleModel"]
             keys = (("enabled", "enabled"), ("binSeconds", "bin_seconds"), ("priorScale", "prior_scale"),
                     ("priorPower", "prior_power"), ("priorWeight", "prior_weight"),
                     ("previousGapWeight", "previous_gap_weight"), ("holdOnTTL", "hold_on_ttl"))
             out["idle_model"] = {k2: m[k1] for k1, k2 in keys if k1 in m}
-        if "demand" in s:
+        if s.get("demand") is not None:
             out["demand"] = s["demand"]
-        if "requestRate" in s:
+        if s.get("requestRate") is not None:
             r = s["requestRate"]
             out["request_rate"] = {k2: r[k1] for k1, k2 in (("series", "series"),
                                                             ("concurrencyPerContainer", "concurrency_per_container")) if k1 in r}
@@ -151,6 +171,8 @@ class WarmPoolSpec:
 
 
 def parse_warmpool(obj: Mapping[str, Any]) -> WarmPoolSpec:
+    """Raises kubeoperator.checks.SpecError (a series of another namespace among its reasons)."""
+    check_warmpool(obj)
     md = obj["metadata"]
-    return WarmPoolSpec(namespace=md["namespace"], name=md["name"], generation=int(md.get("generation", 0)),
+    return WarmPoolSpec(namespace=md["namespace"], name=md["name"], generation=int(_or(md, "generation", 0)),
                         body=obj.get("spec") or {})

@@ -60,6 +60,21 @@ DEFAULT_LEASE_SECONDS = 300.0  # a claim's lease unless renewed
 LEASE_EXPIRY_ACTIONS = ("delete", "release")
 DEFAULT_MEMORY_MB = 256.0  # prices idle containers of a pool whose template names no memory
 _DNS = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+# A pool's name: a DNS label the admin writes (``checkout``), or ``<namespace>.<name>`` for a
+# WarmPool object (pool_id). A namespace is a DNS label, so the first '.' ends it: two objects
+# never share an id, and an admin's pool named as a DNS label never takes an object's. Dots are
+# valid wherever the name goes (the pod label value foresight.dev/pool, pod names and crun/runc
+# ids ``fs-<pool>-<hex>``, the API path /api/v1/pools/<pool>); '/' is not (label values, runc
+# ids). 63: a label value's limit.
+MAX_POOL_NAME = 63
+_POOL_NAME = re.compile(r"(?=.{1,63}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def pool_id(namespace: str, name: str) -> str:
+    """The controller's pool name of the WarmPool ``namespace/name``."""
+    return f"{namespace}.{name}"
+
+
 _QUANTITY = re.compile(r"([0-9]+(?:\.[0-9]+)?)(m|Ki|Mi|Gi|Ti|k|M|G|T)?")
 _UNIT_BYTES = {None: 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
                "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
@@ -287,12 +302,13 @@ DEMANDS = ("cpu", "requests", "both")
 
 def _pool(c: Checker, item: Any, i: int, known_rc: set[str], seen: set[str]) -> PoolSpec | None:
     p = f"pools[{i}]"
-    if isinstance(item, dict) and isinstance(item.get("name"), str) and _DNS.fullmatch(item["name"]):
+    if isinstance(item, dict) and isinstance(item.get("name"), str) and _POOL_NAME.fullmatch(item["name"]):
         p = f"pools[{item['name']}]"  # paths name the pool once its name is readable
     d = c.mapping(item, p, POOL_KEYS, required=("name", "workload"))
     if not isinstance(item, dict):
         return None
-    name = c.string(d, "name", p, "", pattern=_DNS, hint="must be a lowercase DNS label (a-z, 0-9, '-')")
+    name = c.string(d, "name", p, "", pattern=_POOL_NAME, hint=f"must be a lowercase DNS label (a-z, 0-9, '-'), or "
+                    f"<namespace>.<name> for a WarmPool object, at most {MAX_POOL_NAME} characters")
     if name:
         if name in seen:
             c.add(p, f"pool {name!r} is listed twice; pool names are unique")

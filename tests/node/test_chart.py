@@ -25,6 +25,7 @@ import yaml
 from tests.cluster import chart
 from tests.cluster.addons import deploy_coredns, deploy_metrics_server, deploy_prometheus
 from tests.cluster.controlplane import wait_for
+from warmpool.policy import pool_id
 
 # the module's node waits for the machine's node lock, then starts, installs and trains: more than
 # the suite's 600 s per test on a busy 2-core machine
@@ -213,7 +214,7 @@ def test_the_hpa_reads_the_served_value_through_kube_apiserver(node, release):
     assert served["servedSource"] not in ("none", None), served
 
 
-WARM_POOL = "web"  # a WarmPool of APP_NS: the controller's pool shop-web
+WARM_POOL = "web"  # a WarmPool of APP_NS: the controller's pool shop.web (warmpool.policy.pool_id)
 WARM_PORT = 8080
 
 
@@ -266,7 +267,7 @@ def test_a_warm_pool_hands_its_warm_pod_to_a_caller_allowed_to_claim_and_refuses
     from tests.cluster.nodenet import POD_CIDR
 
     cp = node.cp
-    pool = f"{APP_NS}-{WARM_POOL}"
+    pool = pool_id(APP_NS, WARM_POOL)
     t0 = time.monotonic()
     cp.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(_warm_pool(node.images["busybox"]["ref"])))
     pods_path = f"/api/v1/namespaces/{APP_NS}/pods"

@@ -40,3 +40,11 @@ def test_no_package_below_imports_kubeoperator():
     for pkg in ("forecaster", "adapter", "warmpool", "replay"):
         for f in (ROOT / pkg).rglob("*.py"):
             assert "kubeoperator" not in {m.split(".")[0] for m in _imports(f)}, f
+
+
+def test_only_promql_py_imports_the_promql_parser_and_only_the_operator_confines():
+    """One module parses tenants' PromQL; the trainer (forecaster/) runs queries as written: the
+    admin's own ConfigMap is trusted, a tenant's query arrives already confined."""
+    users = sorted(f.relative_to(ROOT).as_posix() for pkg in ("kubeoperator", "forecaster", "adapter", "warmpool", "replay")
+                   for f in (ROOT / pkg).rglob("*.py") if "promql_parser" in {m.split(".")[0] for m in _imports(f)})
+    assert users == ["kubeoperator/promql.py"]

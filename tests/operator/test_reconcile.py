@@ -128,7 +128,9 @@ def test_the_trainer_config_is_the_users_base_plus_the_target_with_its_demand_me
     checkout = cfg.workload("shop/checkout")
     assert checkout.capacity.cpu_request_cores == 0.5
     (rps,) = checkout.metrics
-    assert (rps.name, rps.query, rps.capacity_per_replica) == ("rps", "sum(rate(http_requests_total[2m]))", 40.0)
+    # the tenant's query, confined to the object's namespace (kubeoperator.promql)
+    assert (rps.name, rps.query, rps.capacity_per_replica) == (
+        "rps", 'sum(rate(http_requests_total{namespace="shop"}[2m]))', 40.0)
     assert checkout.serving is None  # no spec.serving: the trainer's own section applies
     assert r.problems == {} and r.warnings == {}
 
@@ -163,10 +165,8 @@ def test_an_autoscaler_the_trainer_would_refuse_is_left_out_with_its_own_field_p
     bad["metadata"]["name"] = "bad"
     bad["spec"]["scaleTargetRef"]["name"] = "other"
     bad["spec"]["serving"] = {"quantiles": ["p75"], "sloMinutesPerDay": 4}  # p75: not published by training.quantiles
-    bad["spec"]["metrics"][1]["query"] = "   "
     r = render_trainer_config(BASE, [parse_autoscaler(PA), parse_autoscaler(bad)])
     assert sorted(r.problems[("shop", "bad")]) == [
-        "spec.metrics[1].query: must not be empty",
         "spec.serving.quantiles[0]: 'p75' is not published; add it to training.quantiles (published: p50, p90)",
     ]
     cfg = parse_config(yaml.safe_load(r.text))
@@ -226,7 +226,7 @@ def test_a_warm_pool_becomes_a_pool_of_the_controllers_policy():
     r = render_warmpool_policy(None, [parse_warmpool(WP)])
     pol = parse_policy(yaml.safe_load(r.text))
     (pool,) = pol.pools
-    assert (pool.name, pool.namespace, pool.workload, pool.series) == ("shop-checkout", "shop", "checkout", "shop/checkout")
+    assert (pool.name, pool.namespace, pool.workload, pool.series) == ("shop.checkout", "shop", "checkout", "shop/checkout")
     assert (pool.min_warm, pool.max_warm, pool.idle_ttl.floor_seconds, pool.backend) == (1, 5, 30.0, "kubernetes")
 
 
@@ -257,15 +257,37 @@ def test_warm_pool_status_carries_warm_claimed_hit_rate_and_the_ttl_decay_step()
     from warmpool.metrics import Metrics
 
     m = Metrics()  # what the controller serves at /metrics
-    m.claims.labels("shop-checkout", "warm").inc(9)
-    m.claims.labels("shop-checkout", "cold").inc(1)
+    m.claims.labels("shop.checkout", "warm").inc(9)
+    m.claims.labels("shop.checkout", "cold").inc(1)
     m.claims.labels("other", "cold").inc(5)
     counts = claim_counts(generate_latest(m.registry).decode())
-    view = {"pool": "shop-checkout", "warm": 2, "claimed": 1, "creating": 0, "target_warm": 3, "ttl_decay_k": 2,
+    view = {"pool": "shop.checkout", "warm": 2, "claimed": 1, "creating": 0, "target_warm": 3, "ttl_decay_k": 2,
             "next_idle_ttl_seconds": 86.7, "degraded": False, "reason": "peak 1.2 in 90 s"}
-    st = warmpool_status(WP, view, counts["shop-checkout"], [], None, NOW)
+    st = warmpool_status(WP, view, counts["shop.checkout"], [], None, NOW)
     assert (st["warm"], st["claimed"], st["targetWarm"], st["ttlDecayStep"]) == (2, 1, 3, 2)
     assert (st["claims"], st["coldStarts"], st["hitRate"]) == (10, 1, 0.9)
     assert st["conditions"][0]["status"] == "True"
     st = warmpool_status(WP, None, None, [], "refused", NOW)
     assert (st["conditions"][0]["status"], st["conditions"][0]["reason"]) == ("False", "ControllerUnreachable")
+
+
+def test_a_base_config_the_trainer_would_refuse_is_every_autoscalers_problem_with_the_bases_path():
+    base = {**BASE, "training": {"quantiles": [1.5]}}
+    other = copy.deepcopy(PA)
+    other["metadata"]["name"] = other["spec"]["scaleTargetRef"]["name"] = "other"
+    r = render_trainer_config(base, [parse_autoscaler(PA), parse_autoscaler(other)])
+    assert r.problems == {k: ["training.quantiles[0]: 1.5 must be a number in (0, 1)"]
+                          for k in (("shop", "checkout"), ("shop", "other"))}
+    assert [w["name"] for w in yaml.safe_load(r.text)["workloads"]] == ["cart"]  # no autoscaler added to it
+
+
+def test_a_warm_pool_named_like_a_pool_of_the_base_policy_is_refused_and_the_base_pool_kept():
+    from warmpool.policy import parse_policy
+
+    base = {"pools": [{"name": "shop.checkout", "workload": {"namespace": "shop", "name": "checkout"}}]}
+    other = {**WP, "metadata": {**WP["metadata"], "name": "other"}, "spec": {**WP["spec"], "workload": "other"}}
+    r = render_warmpool_policy(base, [parse_warmpool(WP), parse_warmpool(other)])
+    assert r.problems == {("shop", "checkout"): [
+        "metadata.name: the base policy already has a pool named 'shop.checkout'; rename this WarmPool"]}
+    pools = parse_policy(yaml.safe_load(r.text)).pools
+    assert [(p.name, p.backend) for p in pools] == [("shop.checkout", "crun"), ("shop.other", "kubernetes")]
