@@ -37,7 +37,11 @@ READ_VERB = "get"
 
 
 def pool_attributes(verb: str, pool: str, namespace: str) -> Attributes:
-    return Attributes(verb=verb, resource=RESOURCE, namespace=namespace, name=pool, group=GROUP, version=VERSION)
+    """The review of ``verb`` on the WarmPool object behind ``pool``: the operator names a pool
+    ``<namespace>.<name>`` (``warmpool.policy.pool_id``), so RBAC's ``resourceNames`` read the
+    WarmPool's own name; a pool of the admin's policy is reviewed under its own name."""
+    name = pool[len(namespace) + 1:] if namespace and pool.startswith(namespace + ".") else pool
+    return Attributes(verb=verb, resource=RESOURCE, namespace=namespace, name=name, group=GROUP, version=VERSION)
 
 
 @dataclass

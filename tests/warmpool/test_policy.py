@@ -153,3 +153,12 @@ def test_max_cold_per_minute_defaults_to_30_and_is_checked_with_its_path():
         with pytest.raises(ConfigError) as ei:
             parse_policy(_doc(max_cold_per_minute=bad), "p.yaml")
         assert any(p.startswith("pools[web].max_cold_per_minute") for p in ei.value.problems), ei.value.problems
+
+
+def test_a_pool_is_authorized_on_its_warmpool_objects_own_name():
+    from warmpool.authz import pool_attributes
+    from warmpool.policy import pool_id
+
+    a = pool_attributes("claim", pool_id("shop", "checkout.v2"), "shop")
+    assert (a.namespace, a.name, a.resource, a.verb) == ("shop", "checkout.v2", "warmpools", "claim")
+    assert pool_attributes("get", "cluster-pool", "").name == "cluster-pool"  # the admin's policy: its own name
