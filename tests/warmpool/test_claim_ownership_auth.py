@@ -93,7 +93,7 @@ def test_warmpool_run_refuses_plain_http_beyond_loopback_naming_the_fix(tmp_path
 
 def test_skipping_pool_authorization_needs_kubernetes_identities(tmp_path):
     r = _run(tmp_path, "--skip-pool-authorization")
-    assert r.returncode != 0 and "--skip-pool-authorization applies to --token-review identities" in r.stderr
+    assert r.returncode != 0 and "--skip-pool-authorization applies to --token-review or --client-ca identities" in r.stderr
 
 
 def test_the_shipped_warmpool_manifest_serves_tls_and_may_ask_access_reviews():
