@@ -154,3 +154,17 @@ def test_a_forecast_path_longer_than_any_kubernetes_name_is_refused_naming_the_f
     with TestClient(app) as c:
         r = c.get("/api/v1/forecasts/shop/" + "x" * 300)
     assert r.status_code == 400 and "workload" in r.json()["message"] and "253" in r.json()["message"]
+
+
+def test_selectors_naming_unknown_workloads_are_not_memoized_but_matching_ones_are():
+    store = MemoryForecastStore()
+    store.publish(sample_forecast("shop", "real", now=time.time()))
+    app = create_app(AdapterSettings(), store)
+    with TestClient(app) as c:
+        for i in range(50):
+            r = c.get(f"{EXT}/namespaces/shop/predicted_cpu_cores", params={"labelSelector": f"workload=ghost-{i}"})
+            assert r.status_code == 404
+        assert c.get(f"{EXT}/namespaces/shop/predicted_cpu_cores", params={"labelSelector": "workload=real"}).status_code == 200
+        core = c.app.state.core
+    assert list(core._selectors) == ["workload=real"]
+    assert len(core._queries) == 1
