@@ -112,5 +112,7 @@ def test_the_shipped_warmpool_manifest_serves_tls_and_may_ask_access_reviews():
     vols = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
     assert vols[mounts[str(Path(args.tls_cert).parent)]]["secret"]["secretName"] == "foresight-warmpool-tls"
     assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
-    [role] = [d for d in docs if d["kind"] == "ClusterRole"]
-    assert any("subjectaccessreviews" in r["resources"] and "create" in r["verbs"] for r in role["rules"])
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
+    assert any("subjectaccessreviews" in r["resources"] and "create" in r["verbs"] for r in roles["foresight-warmpool"]["rules"])
+    # what Prometheus needs to scrape every pool's figures from the now-authorized /metrics
+    assert roles["foresight-warmpool-metrics"]["rules"] == [{"apiGroups": ["foresight.dev"], "resources": ["warmpools"], "verbs": ["get"]}]
