@@ -221,12 +221,15 @@ class AdapterCore:
         # per sync, so a response cache would only flatter synthetic benchmarks. The query
         # string is decoded once: each HPA sends the same one at every sync.
         text = self._queries.get(query)
-        if text is None:
-            text = _label_selector(query)
+        if text is not None:
+            return self._values(ns, metric, text, self.clock(), pending, final)
+        text = _label_selector(query)
+        code, body = self._values(ns, metric, text, self.clock(), pending, final)
+        if code == 200:  # only what matched a workload: a caller's made-up names are not kept
             if len(self._queries) > 200_000:
                 self._queries.clear()
             self._queries[query] = text
-        return self._values(ns, metric, text, self.clock(), pending, final)
+        return code, body
 
     def _values(
         self, ns: str, metric: str, selector_text: str, now: float,
@@ -246,10 +249,13 @@ class AdapterCore:
                 selector = parse_selector(selector_text)
             except SelectorError as exc:
                 return 400, status_body(400, f"unable to parse labelSelector: {exc}")
-            if len(self._selectors) > 200_000:
-                self._selectors.clear()
-            self._selectors[selector_text] = selector
-        matched = self.match(ns, selector)
+            matched = self.match(ns, selector)
+            if matched:  # memoized once it found a workload: unknown names never grow this
+                if len(self._selectors) > 200_000:
+                    self._selectors.clear()
+                self._selectors[selector_text] = selector
+        else:
+            matched = self.match(ns, selector)
         if declared is not None:  # only the workloads that declare it
             matched = [m for m in matched if self.declared.declares(m[0], declared[0])]
         if not matched:

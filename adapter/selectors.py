@@ -17,6 +17,9 @@ from typing import Mapping
 __all__ = ["Requirement", "Selector", "SelectorError", "parse_selector"]
 
 MAX_SELECTOR_LENGTH = 16384
+# Values in one `in`/`notin` list: each `workload in (...)` value is a lookup the adapter
+# makes for this one request, so a caller cannot make one request cost the whole store.
+MAX_IN_VALUES = 100
 
 _NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -238,6 +241,11 @@ def parse_selector(text: str | None) -> Selector:
                     raise SelectorError(f"',' or ')' expected at position {vpos}")
                 if values == [""]:
                     raise SelectorError(f"{op!r} needs at least one value (key {key!r} at position {kpos})")
+                if len(set(values)) > MAX_IN_VALUES:
+                    raise SelectorError(
+                        f"{key} {op} (...) lists {len(set(values))} values; at most {MAX_IN_VALUES} per "
+                        "request: split the labelSelector across several requests"
+                    )
                 reqs.append(Requirement(key, op, tuple(dict.fromkeys(values))))
             else:
                 raise SelectorError(

@@ -22,11 +22,15 @@ class CacheSettings:
     max_stale_seconds: with the store unreachable, cached forecasts are served this long
       after their last successful read; after that requests get 503.
     index_refresh_seconds: how often the list of workloads (for label selectors) is rebuilt.
+    negative_max_entries: at most this many names the store did not have are remembered
+      (least recently read dropped first), each for ttl_seconds, so a caller asking for
+      unknown names neither grows the process nor makes it re-read them in the background.
     """
 
     ttl_seconds: float = 2.0
     max_stale_seconds: float = 30.0
     index_refresh_seconds: float = 30.0
+    negative_max_entries: int = 10_000
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import time
 from collections import deque
 from typing import Callable, Mapping
 
+from adapter.negcache import MissingNames
 from adapter.settings import CacheSettings
 from forecaster.predicted import metric_of_series
 from forecaster.receipt import ReceiptTimes
@@ -87,7 +88,11 @@ class ForecastCache:
         self.settings = settings
         self.clock = clock
         self.configured = {k: dict(v) for k, v in (configured_labels or {}).items()}
+        # Only what the trainer published (and configured workloads): a None entry is a
+        # tracked series whose forecast is gone until the next listing prunes it. Names the
+        # store never had go to the bounded negative cache, so callers cannot grow this.
         self._entries: dict[str, tuple[Forecast | None, float]] = {}
+        self._missing = MissingNames(settings.negative_max_entries, settings.ttl_seconds)
         self._aging: deque[tuple[float, str]] = deque()  # (read at, series) in read order: _revalidate_aging
         self._labels: dict[str, dict[str, dict[str, str]]] = {}  # ns -> name -> labels
         # workload series id -> its declared metrics seen in the store (forecaster.predicted):
@@ -244,9 +249,23 @@ class ForecastCache:
             if names.get(name) != labels:  # keep the old dict when equal: its JSON stays cached
                 names[name] = labels
 
+    def _tracked(self, sid: str) -> bool:
+        """Configured, or published by the trainer (in the index): worth an entry when absent."""
+        if sid in self.configured or sid in self._entries:
+            return True
+        declared = metric_of_series(sid)
+        if declared is not None:
+            with self._idx_lock:
+                return declared[1] in self._metrics.get(declared[0], ())
+        return self.is_known(sid)
+
     def _store_entry(self, sid: str, fc: Forecast | None, now: float) -> Forecast | None:
         """Cache ``fc`` as read now; returns it as cached (its age on this process's clock)."""
+        if fc is None and not self._tracked(sid):
+            self._missing.add(sid, now)  # bounded; never revalidated in the background
+            return None
         if fc is not None:
+            self._missing.discard(sid)
             fc = self.receipts.stamp(fc)
         self._stamp(sid, fc, now)
         if fc is not None:
@@ -342,6 +361,8 @@ class ForecastCache:
                 # (waking a thread per request costs more than the request itself).
                 self._pending.add(series_id)
                 return fc
+        elif self._missing.fresh(series_id, now):
+            return None  # the store had no such series a moment ago: don't ask it again yet
         return self._read_through(series_id, entry, now)
 
     def _read_through(self, series_id: str, entry, now: float) -> Forecast | None:
@@ -423,4 +444,5 @@ class ForecastCache:
             "last_error": self._last_error,
             "seconds_since_last_good_read": None if self._last_ok is None else round(now - self._last_ok, 3),
             "cached_forecasts": sum(1 for fc, _ in self._entries.values() if fc is not None),
+            "negative_cache_entries": len(self._missing),
         }

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from forecaster.breaker import CircuitOpen
 from forecaster.checkpoint import CheckpointDir
 from forecaster.configwatch import ConfigWatch, fleet_settings
 from forecaster.fitqueue import InlineFits, ThreadFits, fit_priority  # noqa: F401 - part of this module's API
@@ -40,6 +41,12 @@ log = logging.getLogger(__name__)
 
 __all__ = ["train_once", "run_schedule", "TrainScheduler", "ThreadFits", "InlineFits", "trainer_from_config",
            "workload_meta", "fit_priority", "Stopped"]
+
+
+def _log_failure(sid: str, exc: BaseException) -> None:
+    """One workload's failure: a warning, unless it failed fast in an outage its circuit
+    breaker has already logged once (forecaster/breaker.py), not once per workload per step."""
+    (log.debug if isinstance(exc, CircuitOpen) else log.warning)("%s: %s", sid, exc)
 
 
 def trainer_from_config(config, store: ForecastStore | None, clock: Callable[[], float] = time.time) -> Trainer:
@@ -149,7 +156,7 @@ def train_once(config, source, store: ForecastStore | None, now: float | None = 
             histories[sid] = _checked(sid, w.demand_query, got)
         except Exception as exc:  # noqa: BLE001 - one workload's failure is its own
             results[sid] = {"series_id": sid, "published": False, "error": str(exc)}
-            log.warning("%s: %s", sid, exc)
+            _log_failure(sid, exc)
     caps = {w.series_id: _capacity(w, source) for w in config.series() if w.series_id in histories}
     due = {sid for sid in histories if trainer.due(sid, now)}
     global_fit = bool(due) and trainer.has_global()
@@ -189,7 +196,7 @@ def _publish(trainer: Trainer, w, ts, vals, now: float, cap: tuple[dict, list[st
     try:
         fc = step_workload(trainer, sid, ts, vals, now, workload_meta(w, cap[0]), fit=fit)
     except Exception as exc:  # noqa: BLE001
-        log.warning("%s: %s", sid, exc)
+        _log_failure(sid, exc)
         return {"series_id": sid, "published": False, "error": str(exc)}
     return {"series_id": sid, "published": True, "model": fc.model, "status": fc.status, "reason": fc.reason,
             "retrained": retrained, "capacity_problems": cap[1]}
@@ -303,7 +310,7 @@ class TrainScheduler:
             sid = w.series_id
             if isinstance(got, Exception):
                 results[sid] = {"series_id": sid, "published": False, "error": str(got)}
-                log.warning("%s: %s", sid, got)
+                _log_failure(sid, got)
                 continue
             (ts, vals), cap = got
             self._caps[sid] = cap[0]
@@ -354,7 +361,7 @@ class TrainScheduler:
                 try:
                     data[w.series_id] = self.history.pull(w.series_id, w.demand_query, now, full=True)
                 except Exception as exc:  # noqa: BLE001 - the fleet trains on what it can read
-                    log.warning("%s: %s", w.series_id, exc)
+                    _log_failure(w.series_id, exc)
             self.trainer.fit_global(data, now=now)
         return job
 

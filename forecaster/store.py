@@ -15,6 +15,7 @@ from __future__ import annotations
 from forecaster.errors import UserError
 
 import json
+import logging
 import math
 import os
 import threading
@@ -22,11 +23,14 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
+from forecaster.breaker import CircuitBreaker, CircuitOpen
+
 __all__ = [
     "Forecast",
     "ForecastStore",
     "MemoryForecastStore",
     "RedisForecastStore",
+    "StoreCircuitOpen",
     "StoreError",
     "StorePermissionError",
     "StoreUnavailable",
@@ -34,7 +38,12 @@ __all__ = [
     "quantile_key",
 ]
 
+log = logging.getLogger(__name__)
+
 SCHEMA_VERSION = 1
+# consecutive failed publishes that open the publish breaker, and the pause before one probe
+PUBLISH_BREAKER_THRESHOLD = 3
+PUBLISH_BREAKER_COOLDOWN_SECONDS = 10.0
 
 
 class StoreError(UserError):
@@ -43,6 +52,10 @@ class StoreError(UserError):
 
 class StoreUnavailable(StoreError):
     """The store cannot be reached right now (retryable): Redis down, timeout, restart."""
+
+
+class StoreCircuitOpen(StoreUnavailable, CircuitOpen):
+    """Redis is in an outage the publish breaker has already logged: this write was not sent."""
 
 
 class StorePermissionError(StoreError):
@@ -248,6 +261,7 @@ class RedisForecastStore:
         client: Any = None,
         password_file: str | None = None,
         ca_file: str | None = None,
+        publish_breaker: CircuitBreaker | None = None,
     ) -> None:
         import redis  # only this module talks to Redis
 
@@ -256,6 +270,13 @@ class RedisForecastStore:
         self.url = redact_url(url)
         self.prefix = prefix
         self.ttl_seconds = int(ttl_seconds)
+        # Publishes only (the trainer's side): with Redis down, one line per outage and a fast
+        # failure per workload instead of a socket timeout and a warning each. Readers (the
+        # adapter's cache) have their own down-handling and never consult it.
+        self.publish_breaker = publish_breaker or CircuitBreaker(
+            f"Redis at {self.url} (publishing)", threshold=PUBLISH_BREAKER_THRESHOLD,
+            cooldown_seconds=PUBLISH_BREAKER_COOLDOWN_SECONDS, logger=log,
+        )
         kwargs: dict[str, Any] = {}
         if password_file:
             kwargs["password"] = _read_secret(password_file)
@@ -310,7 +331,19 @@ class RedisForecastStore:
             pipe.zremrangebyscore(self._k("series"), "-inf", f"({now - self.ttl_seconds}")
             return gen
 
-        return int(self._call(self._r.transaction, tx, gen_key, value_from_callable=True))
+        breaker = self.publish_breaker
+        if not breaker.allow():
+            raise StoreCircuitOpen(f"Redis at {self.url} is unavailable (circuit open; next probe in "
+                                   f"{breaker.seconds_until_probe():.0f} s); the forecast of {sid} was not published")
+        try:
+            gen = int(self._call(self._r.transaction, tx, gen_key, value_from_callable=True))
+        except StoreUnavailable as exc:
+            breaker.failed(exc.__cause__.__class__.__name__ if exc.__cause__ else exc)
+            if breaker.is_open:
+                raise StoreCircuitOpen(str(exc)) from exc
+            raise
+        breaker.succeeded()
+        return gen
 
     def latest(self, series_id: str) -> Forecast | None:
         raw = self._call(self._r.get, self._k("fc", series_id))

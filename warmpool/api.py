@@ -8,13 +8,16 @@
   GET  /api/v1/pools, /api/v1/pools/{pool}, /api/v1/coldstart
   GET  /metrics (Prometheus), /healthz
 
-With an ``auth`` (``warmpool.auth.Authenticator``) every path but /healthz and /metrics needs
-``Authorization: Bearer <token>``: 401 without a valid one, 403 for an identity not allowed,
-503 when a TokenReview cannot be done right now; renew and release then answer 403 to anyone
-but the user who made the claim. With an ``authorizer`` (``warmpool.authz.PoolAuthorizer``) a
-SubjectAccessReview decides per pool namespace who may claim there (403 otherwise) and which
-pools a caller may read. Without ``auth`` the API is open (``foresight up`` on loopback, or
-``warmpool run --insecure-no-auth``).
+With an ``auth`` (``warmpool.auth.Authenticator``) every path but /healthz needs an identity
+(``Authorization: Bearer <token>`` or a verified client certificate): 401 without a valid one,
+403 for an identity not allowed, 503 when a TokenReview cannot be done right now; renew and
+release then answer 403 to anyone but the identity that made the claim. With an ``authorizer``
+(``warmpool.authz.PoolAuthorizer``) a SubjectAccessReview decides per pool namespace who may
+claim there (403 otherwise) and which pools a caller may read: the pool list, /metrics and
+/api/v1/coldstart show a caller only those pools (and the runtime classes they use). Without
+``auth`` the API is open (``foresight up`` on loopback, or ``warmpool run --insecure-no-auth``);
+the plain probe app (``create_probe_app``) serves the full /metrics for a port only the
+cluster's monitoring reaches.
 
 Handlers only read the controller's state or run a claim; they never query the forecast store.
 """
@@ -36,7 +39,7 @@ def create_app(controller: "Controller", auth=None, authorizer=None):
     from fastapi.responses import JSONResponse
     from starlette.concurrency import run_in_threadpool
 
-    from warmpool.auth import OPEN_PATHS, Forbidden, ReviewUnavailable, Unauthenticated
+    from warmpool.auth import OPEN_PATHS, PEER_STATE_KEY, Forbidden, ReviewUnavailable, Unauthenticated
 
     if authorizer is not None and auth is None:
         raise ValueError("per-pool authorization needs authenticated callers (auth)")
@@ -48,7 +51,8 @@ def create_app(controller: "Controller", auth=None, authorizer=None):
             if request.url.path in OPEN_PATHS:
                 return await call_next(request)
             try:
-                who = await run_in_threadpool(auth.identify, request.headers.get("authorization"))
+                peer = request.scope.get("state", {}).get(PEER_STATE_KEY)  # warmpool.wiring (mTLS)
+                who = await run_in_threadpool(auth.identify, request.headers.get("authorization"), peer)
             except Unauthenticated as exc:
                 return JSONResponse({"detail": str(exc)}, status_code=401, headers={"WWW-Authenticate": 'Bearer realm="foresight-warmpool"'})
             except Forbidden as exc:
@@ -61,7 +65,7 @@ def create_app(controller: "Controller", auth=None, authorizer=None):
     guard = Guard(controller, authorizer, owned=auth is not None)
     _add_claim_routes(app, controller, guard)
     _add_read_routes(app, controller, guard)
-    _add_probes(app, controller)
+    _add_probes(app, controller, guard if auth is not None else None)
     return app
 
 
@@ -108,6 +112,14 @@ class Guard:
         if not await self.allowed(request, verb, pool):
             spec = self.controller.policy.pool(pool)
             raise HTTPException(403, self.authorizer.denial(self.user(request), verb, pool, spec.namespace if spec else ""))
+
+    async def readable(self, request) -> set[str] | None:
+        """Names of the pools this caller may read (None: every pool, no authorizer)."""
+        if self.authorizer is None:
+            return None
+        from warmpool.authz import READ_VERB
+
+        return {p.name for p in self.controller.policy.pools if await self.allowed(request, READ_VERB, p.name)}
 
     def claimed(self, request, pool: str, container_id: str) -> None:
         if self.holders is not None:
@@ -214,18 +226,56 @@ def _add_read_routes(app, controller: "Controller", guard: Guard) -> None:
         raise HTTPException(404, f"unknown pool {pool!r}")
 
     @app.get("/api/v1/coldstart")
-    def coldstart():
-        return {"runtime_classes": controller.coldstart_view()}
+    async def coldstart(request: Request):
+        view = controller.coldstart_view()
+        pools = await guard.readable(request)
+        if pools is not None:  # only the runtime classes the caller's pools start
+            used = _runtime_classes_of(controller, pools)
+            view = [e for e in view if (e["start"], e["runtime_class"]) in used]
+        return {"runtime_classes": view}
 
 
-def _add_probes(app, controller: "Controller") -> None:
-    """/metrics and /healthz, on the API app and on the probe app alike."""
+def _runtime_classes_of(controller: "Controller", pools: set[str]) -> set[tuple[str, str]]:
+    return {(controller.start_kind(p), p.runtime_class) for p in controller.policy.pools if p.name in pools}
+
+
+class _Visible:
+    """The registry as one caller may see it (``generate_latest`` only calls ``collect``):
+    samples of other pools, and the cold-start model of runtime classes none of the caller's
+    pools use, are left out; fleet-wide figures without either label stay."""
+
+    def __init__(self, registry, pools: set[str], classes: set[str]) -> None:
+        self.registry, self.pools, self.classes = registry, pools, classes
+
+    def _keep(self, labels) -> bool:
+        if "pool" in labels:
+            return labels["pool"] in self.pools
+        if "runtime_class" in labels:
+            return labels["runtime_class"] in self.classes
+        return True
+
+    def collect(self):
+        from prometheus_client.metrics_core import Metric
+
+        for m in self.registry.collect():
+            out = Metric(m.name, m.documentation, m.type, m.unit)
+            out.samples = [s for s in m.samples if self._keep(s.labels)]
+            yield out
+
+
+def _add_probes(app, controller: "Controller", guard: "Guard | None" = None) -> None:
+    """/metrics and /healthz, on the API app and on the probe app alike; with a ``guard`` (an
+    authenticated API) /metrics shows the caller only the pools it may read."""
     from fastapi import Response
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
     @app.get("/metrics")
-    def metrics():
-        return Response(generate_latest(controller.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    async def metrics(request: Request):
+        registry = controller.metrics.registry
+        pools = await guard.readable(request) if guard is not None else None
+        if pools is not None:
+            registry = _Visible(registry, pools, {rc for _, rc in _runtime_classes_of(controller, pools)})
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz")
     def healthz():

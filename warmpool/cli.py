@@ -54,8 +54,9 @@ def register(subparsers) -> None:
     r.add_argument("--probe-port", type=int, default=None, help="plain-HTTP port for /healthz and /metrics only (with --client-ca)")
     r.add_argument("--insecure-no-auth", action="store_true", help="serve claim/release without authentication (development only)")
     r.add_argument("--skip-pool-authorization", action="store_true",
-                   help="with --token-review: any authenticated caller (or --allow) may claim from every pool; by default a "
-                        "SubjectAccessReview must allow verb 'claim' on resource 'warmpools' (foresight.dev) in the pool's namespace")
+                   help="with --token-review or --client-ca: any authenticated caller (or --allow) may claim from every pool; by "
+                        "default a SubjectAccessReview must allow verb 'claim' on resource 'warmpools' (foresight.dev) in the "
+                        "pool's namespace (a certificate's user is its CN, its groups its O)")
     r.add_argument("--plain-http", action="store_true",
                    help="serve plain HTTP on a non-loopback --host (bearer tokens then cross the network in clear; development only)")
     r.set_defaults(func=_run)
@@ -162,7 +163,8 @@ def _run(args) -> int:
 
 
 def _auth_text(auth, tls, authorizer=None) -> str:
-    parts = (["client certificates (mTLS)"] if tls is not None and tls.client_ca else []) + ([auth.describe()] if auth else [])
+    tokens = [n for n, on in (("token file", auth.token_file), ("TokenReview", auth.token_review)) if on] if auth else []
+    parts = (["client certificates (mTLS)"] if tls is not None and tls.client_ca else []) + ([" or ".join(tokens)] if tokens else [])
     text = "authenticated by " + " and ".join(parts) if parts else "UNAUTHENTICATED"
     return text + ("; claims authorized per pool namespace by SubjectAccessReview" if authorizer is not None else "")
 
@@ -179,16 +181,21 @@ def _check_transport(args) -> None:
 
 def _authorizer(args):
     """SubjectAccessReviews per pool whenever callers are Kubernetes identities (--token-review)."""
-    if not args.token_review or args.skip_pool_authorization:
-        if args.skip_pool_authorization and not args.token_review:
-            raise UserError("--skip-pool-authorization applies to --token-review identities; add --token-review")
+    # certificate subjects are Kubernetes identities too (CN user, O groups): without a review
+    # any holder of a certificate from --client-ca would claim from every pool
+    kube_identities = args.token_review or args.client_ca
+    if not kube_identities or args.skip_pool_authorization:
+        if args.skip_pool_authorization and not kube_identities:
+            raise UserError("--skip-pool-authorization applies to --token-review or --client-ca identities; add one of them")
         return None
     from warmpool.authz import build_pool_authorizer
 
     kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG")
     if not kubeconfig and not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        raise UserError("--token-review authorizes claims with SubjectAccessReviews: give --kubeconfig (or $KUBECONFIG), "
-                        "run in a cluster, or pass --skip-pool-authorization")
+        flag = "--token-review" if args.token_review else "--client-ca"
+        raise UserError(f"{flag} authorizes claims with SubjectAccessReviews: give --kubeconfig (or $KUBECONFIG), "
+                        "run in a cluster, or pass --skip-pool-authorization (every authenticated caller may then "
+                        "claim from every pool)")
     return build_pool_authorizer(kubeconfig)
 
 
@@ -196,7 +203,9 @@ def _authenticator(args):
     from warmpool.auth import build_authenticator
 
     if not (args.token_file or args.token_review):
-        if args.insecure_no_auth or args.client_ca:
+        if args.client_ca:  # the certificate's subject is the caller: claims are bound to it
+            return build_authenticator(None, None, client_certificates=True)
+        if args.insecure_no_auth:
             return None
         raise UserError("the claim API creates containers: give --token-file F and/or --token-review, or --client-ca for mTLS "
                         "(or --insecure-no-auth for development)")
@@ -209,7 +218,7 @@ def _authenticator(args):
         kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG")
         in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not kubeconfig
         review = token_reviewer(kubeconfig=kubeconfig, in_cluster=in_cluster, audiences=tuple(args.token_review_audience))
-    return build_authenticator(args.token_file, review, args.allow)
+    return build_authenticator(args.token_file, review, args.allow, client_certificates=bool(args.client_ca))
 
 
 def _owner(args):

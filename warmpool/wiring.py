@@ -104,6 +104,23 @@ class TLSFiles:
         self.cert, self.key, self.client_ca = cert, key, client_ca
 
 
+def _peer_identity_protocol():
+    """uvicorn's h11 protocol that hands each request its connection's verified client
+    certificate identity (``warmpool.auth.certificate_user``) in the ASGI state, under
+    ``warmpool.auth.PEER_STATE_KEY``: uvicorn itself does not expose the peer certificate."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    from warmpool.auth import PEER_STATE_KEY, certificate_user
+
+    class PeerIdentityProtocol(H11Protocol):
+        def connection_made(self, transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            # a copy per connection: every request of this connection starts from it
+            self.app_state = {**self.app_state, PEER_STATE_KEY: certificate_user(transport.get_extra_info("peercert"))}
+
+    return PeerIdentityProtocol
+
+
 class HttpServer:
     """uvicorn in a daemon thread; ``stop()`` waits for it to finish."""
 
@@ -116,7 +133,7 @@ class HttpServer:
 
             kw = {"ssl_certfile": tls.cert, "ssl_keyfile": tls.key}
             if tls.client_ca:  # mTLS: no client certificate signed by this CA, no connection
-                kw.update(ssl_ca_certs=tls.client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED)
+                kw.update(ssl_ca_certs=tls.client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED, http=_peer_identity_protocol())
         from forecaster.logs import uvicorn_log_config
 
         log_config = uvicorn_log_config()  # --log-format json: uvicorn's own lines as JSON too

@@ -29,6 +29,10 @@ def register(app: FastAPI, core: AdapterCore) -> None:
 
     @app.get("/api/v1/forecasts/{namespace}/{workload}", tags=["forecasts"], summary="One forecast in full")
     def get_forecast(namespace: str, workload: str, format: str = Query("json", pattern="^(json|png)$")):  # noqa: A002
+        for field, value, limit in (("namespace", namespace, 63), ("workload", workload, 253)):
+            if len(value) > limit:  # no Kubernetes object has such a name: don't look it up
+                return status_response(400, f"{field}: {len(value)} characters; a Kubernetes {field} name "
+                                       f"has at most {limit}")
         sid = f"{namespace}/{workload}"
         fc, store_down = core.lookup(sid)
         if store_down:

@@ -6,6 +6,10 @@ stitched onto one regular grid (gaps become NaN; duplicate samples at chunk edge
 dropped). Thanos parameters are passed through when configured. 5xx answers, timeouts and
 refused connections are retried with exponential backoff, then raised as ``SourceUnavailable``;
 4xx answers raise ``SourceError`` carrying Prometheus' own message (e.g. a PromQL parse error).
+Every try goes through one fleet-wide circuit breaker (``forecaster.breaker``): after a few
+consecutive failed tries every call fails fast with ``PrometheusCircuitOpen`` until a probe
+after the cool-down answers, so a stalled Prometheus costs about one timeout per cool-down
+instead of tries x timeout per workload.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import numpy as np
 import pandas as pd
 import requests
 
+from forecaster.breaker import CircuitBreaker, CircuitOpen
 from forecaster.frames import empty_frame
 from forecaster.sources.base import SourceError, SourceUnavailable
 from forecaster.timing import DURATION_UNITS
@@ -27,6 +32,14 @@ from forecaster.timing import DURATION_UNITS
 log = logging.getLogger(__name__)
 
 PROMETHEUS_MAX_POINTS = 11_000
+# consecutive failed tries (timeouts, refused connections, 5xx/429) that open the breaker, and
+# the pause before one probe: a bad query (4xx) is the query's fault and never counts
+BREAKER_THRESHOLD = 3
+BREAKER_COOLDOWN_SECONDS = 30.0
+
+
+class PrometheusCircuitOpen(SourceUnavailable, CircuitOpen):
+    """Prometheus is in an outage the breaker has already logged: this call was not sent."""
 
 
 def parse_time(value: str | float | int | datetime) -> float:
@@ -110,8 +123,13 @@ class PrometheusSource:
         retries: int = 3,
         backoff_seconds: float = 0.5,
         session: requests.Session | None = None,
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         self.url = normalize_url(url)
+        self.breaker = breaker or CircuitBreaker(
+            f"Prometheus at {self.url}", threshold=BREAKER_THRESHOLD, cooldown_seconds=BREAKER_COOLDOWN_SECONDS,
+            logger=log,
+        )
         self.timeout = timeout_seconds
         if not 2 <= max_points <= PROMETHEUS_MAX_POINTS:
             raise SourceError(f"max_points={max_points} must be in [2, {PROMETHEUS_MAX_POINTS}]")
@@ -141,21 +159,31 @@ class PrometheusSource:
         url = f"{self.url}{path}"
         params = {**params, **self.thanos_params}
         last: Exception | None = None
+        breaker = self.breaker
         for attempt in range(self.retries + 1):
             if attempt:
                 time.sleep(self.backoff * 2 ** (attempt - 1))
+            if not breaker.allow():
+                raise PrometheusCircuitOpen(
+                    f"Prometheus at {self.url} is unavailable (circuit open; next probe in "
+                    f"{breaker.seconds_until_probe():.0f} s){f': {last}' if last else ''}"
+                ) from last
             try:
                 self.requests_made += 1
                 # POST form: long PromQL never hits URL length limits (Prometheus accepts both)
                 resp = self.session.post(url, data=params, timeout=self.timeout)
             except (requests.ConnectionError, requests.Timeout) as exc:
                 last = exc
-                log.warning("prometheus %s: %s (attempt %d/%d)", url, exc.__class__.__name__, attempt + 1, self.retries + 1)
+                breaker.failed(exc.__class__.__name__)
+                # per-try detail at debug: the breaker logs the outage once, the caller the failure
+                log.debug("prometheus %s: %s (attempt %d/%d)", url, exc.__class__.__name__, attempt + 1, self.retries + 1)
                 continue
             if resp.status_code >= 500 or resp.status_code == 429:
                 last = SourceUnavailable(f"{url} answered {resp.status_code}: {_error_text(resp)}")
-                log.warning("prometheus %s: HTTP %d (attempt %d/%d)", url, resp.status_code, attempt + 1, self.retries + 1)
+                breaker.failed(f"HTTP {resp.status_code}")
+                log.debug("prometheus %s: HTTP %d (attempt %d/%d)", url, resp.status_code, attempt + 1, self.retries + 1)
                 continue
+            breaker.succeeded()  # any other answer: Prometheus is up (a 4xx is the query's fault)
             if resp.status_code >= 400:
                 raise SourceError(
                     f"Prometheus rejected the query (HTTP {resp.status_code}): {_error_text(resp)}"
@@ -169,9 +197,8 @@ class PrometheusSource:
             for w in body.get("warnings") or []:
                 log.warning("prometheus warning: %s", w)
             return body["data"]
-        raise SourceUnavailable(
-            f"Prometheus at {self.url} is unavailable after {self.retries + 1} attempts: {last}"
-        ) from last
+        cls = PrometheusCircuitOpen if breaker.is_open else SourceUnavailable
+        raise cls(f"Prometheus at {self.url} is unavailable after {self.retries + 1} attempts: {last}") from last
 
     # -- queries ----------------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ def fake():
     f.stop()
 
 
-def test_token_file_guards_claims_but_not_health_or_metrics(tmp_path, clock):
+def test_token_file_guards_claims_and_metrics_but_not_health(tmp_path, clock):
     tf = tmp_path / "tokens"
     tf.write_text("# claimers\nsecret-one\n\nsecret-two\n")
     ctl, srv = serve(Authenticator(TokenFile(tf)), clock)
@@ -53,7 +53,8 @@ def test_token_file_guards_claims_but_not_health_or_metrics(tmp_path, clock):
             assert c.post(f"{url}/api/v1/pools/web/release", json={"container_id": "x"}).status_code == 401
             assert ctl.describe()["pools"][0]["claimed"] == 0  # nothing was claimed by the refused calls
             assert c.get(f"{url}/healthz").status_code == 200
-            assert c.get(f"{url}/metrics").status_code == 200
+            assert c.get(f"{url}/metrics").status_code == 401  # it lists pools and claims: not everyone's
+            assert "foresight_warmpool_warm" in c.get(f"{url}/metrics", headers={"Authorization": "Bearer secret-one"}).text
             ok = c.post(f"{url}/api/v1/pools/web/claim", headers={"Authorization": "Bearer secret-two"})
             assert ok.status_code == 200 and ok.json()["cold_start"] is False
             # rotation: the old token stops working, the new one works, without a restart

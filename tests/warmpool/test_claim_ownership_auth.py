@@ -93,7 +93,7 @@ def test_warmpool_run_refuses_plain_http_beyond_loopback_naming_the_fix(tmp_path
 
 def test_skipping_pool_authorization_needs_kubernetes_identities(tmp_path):
     r = _run(tmp_path, "--skip-pool-authorization")
-    assert r.returncode != 0 and "--skip-pool-authorization applies to --token-review identities" in r.stderr
+    assert r.returncode != 0 and "--skip-pool-authorization applies to --token-review or --client-ca identities" in r.stderr
 
 
 def test_the_shipped_warmpool_manifest_serves_tls_and_may_ask_access_reviews():
@@ -112,5 +112,7 @@ def test_the_shipped_warmpool_manifest_serves_tls_and_may_ask_access_reviews():
     vols = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
     assert vols[mounts[str(Path(args.tls_cert).parent)]]["secret"]["secretName"] == "foresight-warmpool-tls"
     assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
-    [role] = [d for d in docs if d["kind"] == "ClusterRole"]
-    assert any("subjectaccessreviews" in r["resources"] and "create" in r["verbs"] for r in role["rules"])
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
+    assert any("subjectaccessreviews" in r["resources"] and "create" in r["verbs"] for r in roles["foresight-warmpool"]["rules"])
+    # what Prometheus needs to scrape every pool's figures from the now-authorized /metrics
+    assert roles["foresight-warmpool-metrics"]["rules"] == [{"apiGroups": ["foresight.dev"], "resources": ["warmpools"], "verbs": ["get"]}]

@@ -21,14 +21,15 @@ from warmpool.wiring import HttpServer, TLSFiles
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _cert(d: Path, name: str, cn: str, issuer=None, ca=False, server=False):
+def _cert(d: Path, name: str, cn: str, issuer=None, ca=False, server=False, orgs=()):
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn),
+                         *(x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs)])
     iss_name, iss_key = (issuer[0].subject, issuer[1]) if issuer else (subject, key)
     now = datetime.datetime.now(datetime.timezone.utc)
     b = (x509.CertificateBuilder().subject_name(subject).issuer_name(iss_name).public_key(key.public_key())
@@ -100,7 +101,7 @@ def test_warmpool_run_with_client_ca_serves_probes_in_plain_http(pki, tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "foresight", "warmpool", "run", "--policy", str(policy), "--store", "memory://", "--port", str(port),
          "--interval", "0.2", "--tls-cert", str(pki / "server.crt"), "--tls-key", str(pki / "server.key"),
-         "--client-ca", str(pki / "ca.crt"), "--probe-port", str(probe)],
+         "--client-ca", str(pki / "ca.crt"), "--probe-port", str(probe), "--skip-pool-authorization"],
         cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         line = proc.stdout.readline().decode()

@@ -59,7 +59,7 @@ capabilities: {drop: ["ALL"]}
             - {key: {{ .user }}, path: password}
       {{- if and .root.Values.redis.enabled .root.Values.redis.tls }}
       - secret:
-          name: foresight-redis-tls
+          name: {{ include "foresight.redisTLSSecret" .root }}
           items:
             - {key: ca.crt, path: ca.crt}
       {{- end }}

@@ -49,3 +49,22 @@ exists (kept across upgrades), made fresh otherwise. */}}
 {{- dict "ca" ($ca.Cert | b64enc) "crt" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc) | toJson -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The Secrets holding TLS material and keys: yours when an *ExistingSecret value names one
+(the chart then renders none, so `helm template` and GitOps renders are stable), else the
+chart's own (made on first install, kept across upgrades with lookup). */}}
+{{- define "foresight.redisTLSSecret" -}}
+{{ .Values.redis.tlsExistingSecret | default "foresight-redis-tls" }}
+{{- end -}}
+
+{{- define "foresight.warmpoolTLSSecret" -}}
+{{ .Values.warmpool.tlsExistingSecret | default "foresight-warmpool-tls" }}
+{{- end -}}
+
+{{- define "foresight.schedulerClientTLSSecret" -}}
+{{ .Values.scheduler.clientTLSExistingSecret | default "foresight-scheduler-client-tls" }}
+{{- end -}}
+
+{{- define "foresight.checkpointKeySecret" -}}
+{{ .Values.trainer.checkpoints.keyExistingSecret | default "foresight-checkpoint-key" }}
+{{- end -}}
