@@ -80,7 +80,7 @@ def create_app(
     too old. ``authenticator``/``authorizer``: TokenReview and SubjectAccessReview (delegated
     to the API server; adapter/authz.py). ``scheduler_routes=False`` when the scheduler
     extender is served on its own port instead (``create_scheduler_app``). ``pod_watch``:
-    (KubeAPI, configured workloads) to divide the ratio by the ready pods the HPA counts now
+    (forecaster.kubeclient.KubeClient, configured workloads) to divide the ratio by the ready pods the HPA counts now
     (adapter/readypods.py) instead of the trainer's published count; with it, ``observe_view``
     also lists the PredictiveAutoscalers for their Observe-mode lines (adapter/observemode.py)."""
     from forecaster.store import MemoryForecastStore

@@ -5,6 +5,7 @@ so tests can see what the adapter asked and how often."""
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -35,7 +36,7 @@ class Policy:
 
 
 class KubeDouble:
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, tls: tuple[str, str] | None = None) -> None:
         self.policy = policy
         self.token_reviews: list[dict] = []
         self.access_reviews: list[dict] = []
@@ -70,11 +71,17 @@ class KubeDouble:
                 self.wfile.write(out)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.scheme = "http"
+        if tls is not None:  # (certificate, key): HTTPS, as an API server answers
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+            self.scheme = "https"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        return f"{self.scheme}://127.0.0.1:{self.server.server_address[1]}"
 
     def start(self) -> "KubeDouble":
         self.thread.start()
