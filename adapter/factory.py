@@ -103,7 +103,8 @@ def build_auth(opts: dict[str, Any]):
 
 
 def build_ready_pods(opts: dict[str, Any]):
-    """(KubeClient, configured workloads) for the ready-pod watch, or None to divide by the
+    """(KubeClient, configured workloads, the directory the replica's workers share the watch
+    through or None) for the ready-pod watch, or None to divide by the
     trainer's published ``meta.ready_pods``. ``ready_pods``: ``watch`` (required: the
     kubeconfig or the in-cluster service account), ``published``, or ``auto`` (the default:
     watch when either credential is there)."""
@@ -127,7 +128,7 @@ def build_ready_pods(opts: dict[str, Any]):
 
         for w in load_config(opts["config"]).workloads:
             configured[w.series_id] = (w.namespace, w.kind, w.name)
-    return kube, configured
+    return kube, configured, opts.get("pod_watch_dir")
 
 
 def build_app(opts: dict[str, Any]):

@@ -164,6 +164,7 @@ class PodWatch:
         self._asked: set[str] = set()  # series ids queued for the resolver
         self._resolver: threading.Thread | None = None
         self.errors = 0
+        self.changes = 0  # bumped by every change of the counts (adapter/podshare.py publishes on it)
         self._started_at: float | None = None
 
     # --- what the adapter reads -------------------------------------------------------
@@ -317,6 +318,7 @@ class PodWatch:
         selector it matched before or matches now change their count, so an event costs the
         namespace's workloads, not every pod times every workload."""
         st = self._st
+        self.changes += 1
         old = st.pods.pop(uid, None)
         if pod is not None:
             st.pods[uid] = pod
@@ -329,6 +331,7 @@ class PodWatch:
 
     def _recount(self) -> None:
         # a new dict, swapped in whole: count() reads without the lock
+        self.changes += 1
         by_ns: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
         for sid, (ns, sel) in self._st.selectors.items():
             by_ns.setdefault(ns, []).append((sid, sel))
