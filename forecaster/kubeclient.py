@@ -95,7 +95,7 @@ class KubeClient:
         try:
             config.load_incluster_config(client_configuration=cfg)
         except config.ConfigException as exc:
-            raise UserError(f"not running in a cluster ({exc}); pass --kubeconfig (or --authentication-kubeconfig)"
+            raise UserError(f"not running in a cluster ({exc}); pass --kubeconfig with a kubeconfig file"
                             ) from exc
         return cls(cfg, **kw)
 
