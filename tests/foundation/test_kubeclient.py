@@ -16,7 +16,7 @@ import pytest
 
 from adapter.tls import ensure_serving_cert
 from forecaster.errors import UserError
-from forecaster.kubeclient import KubeClient, KubeUnavailable
+from forecaster.kubeclient import KubeClient, KubeGone, KubeUnavailable
 from tests.adapter.kube_double import KubeDouble, Policy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,9 +113,11 @@ def test_an_api_server_that_refuses_or_is_gone_is_retryable_with_its_status():
     double = KubeDouble(Policy()).start()
     try:
         kube = KubeClient.for_server(double.url, token="sa", timeout_seconds=5)
-        with pytest.raises(KubeUnavailable) as err:
-            kube.list_pods_page()  # the review double serves no pods: an error status, not a crash
-        assert err.value.status is not None
+        double.pods.expire_continue = True
+        with pytest.raises(KubeGone) as err:  # a continue token older than the server keeps
+            kube.list_pods_page(continue_token="1000:500")
+        assert err.value.status == 410 and isinstance(err.value, KubeUnavailable)
+        assert kube.read_workload("shop", "Deployment", "gone") is None  # 404: no such workload
     finally:
         double.stop()
     with pytest.raises(KubeUnavailable) as err:
