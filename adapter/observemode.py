@@ -61,7 +61,8 @@ class ObserveView:
         except KubeUnavailable as exc:
             hint = (" (grant the adapter's ServiceAccount get, list on predictiveautoscalers.foresight.dev)"
                     if exc.status == 403 else "")
-            self.last_error = f"listing PredictiveAutoscalers: {exc}{hint}"
+            what = f"HTTP {exc.status}" if exc.status else str(exc)
+            self.last_error = f"listing PredictiveAutoscalers: {what}{hint}"
             return
         if body is None:  # the CRD is not installed: no autoscalers, nothing observed
             self._view, self.last_error, self.synced = {}, None, True

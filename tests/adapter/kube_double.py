@@ -131,9 +131,10 @@ class PodStore:
 
     def __init__(self) -> None:
         self.items: dict[str, dict] = {}  # uid -> pod
-        self.workloads: dict[str, dict] = {}  # /apis/apps/v1/namespaces/<ns>/<resource>/<name> -> object
+        self.workloads: dict[str, dict] = {}  # path of an object or a list (a workload's, autoscalers) -> it
         self.rv = 1000
         self.gets: list[tuple[str, dict]] = []
+        self.forbidden: set[str] = set()  # paths answered 403 (RBAC without the grant)
         self.events: queue.Queue = queue.Queue()
         self.expire_continue = False
         self.closing = False
@@ -168,6 +169,8 @@ class PodStore:
         return [q for p, q in self.gets if p == "/api/v1/pods" and q.get("watch") in ("1", "true", "True")]
 
     def answer(self, path: str, q: dict) -> tuple[int, dict]:
+        if path in self.forbidden:
+            return 403, _status(403, "Forbidden", f"{path} is forbidden")
         if path == "/api/v1/pods":
             return self._page(q)
         if path in self.workloads:
