@@ -11,9 +11,9 @@ import queue
 import ssl
 import threading
 import time
-from urllib.parse import parse_qs, urlsplit
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 HPA = "system:serviceaccount:kube-system:horizontal-pod-autoscaler"
 
