@@ -323,6 +323,8 @@ class PodWatch:
         if pod is not None:
             st.pods[uid] = pod
         for p, sign in ((old, -1), (pod, 1)):
+            if p is None:
+                continue
             for sid in _ready_matches(p, st.by_ns):
                 st.counts[sid] = st.counts.get(sid, 0) + sign  # one value per key: count() reads without the lock
                 if p.get("cpu") is not None:
@@ -345,7 +347,7 @@ def _ready_matches(pod: Mapping[str, Any] | None, by_ns: Mapping[str, list]) -> 
         return []
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
-    return [sid for sid, sel in by_ns.get(meta.get("namespace"), ()) if label_selector_matches(sel, labels)]
+    return [sid for sid, sel in by_ns.get(meta.get("namespace") or "", ()) if label_selector_matches(sel, labels)]
 
 
 def _slim(pod: Mapping[str, Any]) -> dict:
