@@ -171,11 +171,7 @@ class SharedPodWatch:
         now = self.clock()
         if w.changes == self._published_version and now - self._published_at < self.max_age_seconds / 3:
             return
-        with w._lock:
-            st = w._st
-            version = w.changes
-            known = {sid: (st.counts.get(sid, 0), *st.requests.get(sid, (0.0, 0))) for sid in st.selectors}
-            synced = st.synced
+        version, synced, known = w.table()
         tmp = self.dir / f"snapshot.{os.getpid()}"
         tmp.write_bytes(marshal.dumps({"written": now, "synced": synced, "known": known}))
         os.replace(tmp, self.dir / "snapshot")

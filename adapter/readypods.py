@@ -224,6 +224,14 @@ class PodWatch:
             self._recount()
         return True
 
+    def table(self) -> tuple[int, bool, dict[str, tuple[int, float, int]]]:
+        """(changes, listed yet, series id -> (ready pods, summed CPU request, pods with one)) of
+        every workload known, consistent at one moment (what adapter/podshare.py publishes)."""
+        with self._lock:
+            st = self._st
+            known = {sid: (st.counts.get(sid, 0), *st.requests.get(sid, (0.0, 0))) for sid in st.selectors}
+            return self.changes, st.synced, known
+
     # --- the loop ----------------------------------------------------------------------
     def warming(self) -> bool:
         if self._st.synced or self._started_at is None:
