@@ -125,7 +125,8 @@ class KubeClient:
 
         cfg = k8s.Configuration(host=server.rstrip("/"))
         if token:
-            cfg.api_key["BearerToken"] = f"Bearer {token}"
+            # the configuration key is "BearerToken" in the newer clients (37 here) and "authorization" in older ones
+            cfg.api_key["BearerToken"] = cfg.api_key["authorization"] = f"Bearer {token}"
         if ca_file:
             cfg.ssl_ca_cert = ca_file
         return cls(cfg, **kw)
