@@ -80,7 +80,8 @@ def create_app(
     too old. ``authenticator``/``authorizer``: TokenReview and SubjectAccessReview (delegated
     to the API server; adapter/authz.py). ``scheduler_routes=False`` when the scheduler
     extender is served on its own port instead (``create_scheduler_app``). ``pod_watch``:
-    (KubeAPI, configured workloads) to divide the ratio by the ready pods the HPA counts now
+    (forecaster.kubeclient.KubeClient, configured workloads[, directory shared by the replica's
+    workers: one of them watches, adapter/podshare.py]) to divide the ratio by the ready pods the HPA counts now
     (adapter/readypods.py) instead of the trainer's published count; with it, ``observe_view``
     also lists the PredictiveAutoscalers for their Observe-mode lines (adapter/observemode.py)."""
     from forecaster.store import MemoryForecastStore
@@ -100,7 +101,13 @@ def create_app(
     if pod_watch is not None:
         from adapter.readypods import PodWatch, workloads_of
 
-        watch = core.ready_pods = PodWatch(pod_watch[0], workloads_of(pod_watch[1], core.cache))
+        watch = PodWatch(pod_watch[0], workloads_of(pod_watch[1], core.cache))
+        if len(pod_watch) > 2 and pod_watch[2]:
+            from adapter.podshare import SharedPodWatch
+
+            # one of the replica's workers watches pods, the others read its counts
+            watch = SharedPodWatch(watch, pod_watch[2])
+        core.ready_pods = watch
     view = None
     if pod_watch is not None and observe_view:
         from adapter.observemode import ObserveView

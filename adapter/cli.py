@@ -6,9 +6,12 @@ Light module: argparse only at import; FastAPI/uvicorn are imported when the com
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import logging
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -256,6 +259,11 @@ def run(args: argparse.Namespace) -> int:
             tune_serving_process()
             run_config(uvicorn_config(build_app(opts), args.host, args.port, certfile, keyfile, **kw))
         else:
+            if opts["ready_pods"] != "published":
+                # one pod watch for the replica, not one per worker (adapter/podshare.py)
+                share = tempfile.mkdtemp(prefix="foresight-podwatch-")
+                atexit.register(shutil.rmtree, share, True)
+                opts["pod_watch_dir"] = share
             os.environ[ENV_OPTIONS] = json.dumps(opts)
             run_config(uvicorn_config("adapter.server:app_from_env", args.host, args.port, certfile, keyfile,
                                       factory=True, **kw))

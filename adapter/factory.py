@@ -95,28 +95,29 @@ def build_auth(opts: dict[str, Any]):
     if not opts.get("delegated_auth"):
         return None, None
     from adapter.authz import SubjectAccessReviewAuthorizer, TokenReviewAuthenticator
-    from adapter.kube import KubeAPI
+    from forecaster.kubeclient import KubeClient
 
-    kube = KubeAPI.from_kubeconfig(opts["kubeconfig"]) if opts.get("kubeconfig") else KubeAPI.in_cluster()
+    kube = KubeClient.connect(opts.get("kubeconfig"))
     ttl = float(opts.get("review_cache_seconds", 10.0))
     return TokenReviewAuthenticator(kube, cache_seconds=ttl), SubjectAccessReviewAuthorizer(kube, cache_seconds=ttl)
 
 
 def build_ready_pods(opts: dict[str, Any]):
-    """(KubeAPI, configured workloads) for the ready-pod watch, or None to divide by the
+    """(KubeClient, configured workloads, the directory the replica's workers share the watch
+    through or None) for the ready-pod watch, or None to divide by the
     trainer's published ``meta.ready_pods``. ``ready_pods``: ``watch`` (required: the
     kubeconfig or the in-cluster service account), ``published``, or ``auto`` (the default:
     watch when either credential is there)."""
     mode = opts.get("ready_pods", "auto")
     if mode == "published":
         return None
-    from adapter.kube import KubeAPI
+    from forecaster.kubeclient import KubeClient
 
     if opts.get("kubeconfig"):
-        kube = KubeAPI.from_kubeconfig(opts["kubeconfig"])
+        kube = KubeClient.from_kubeconfig(opts["kubeconfig"])
     else:
         try:
-            kube = KubeAPI.in_cluster()
+            kube = KubeClient.in_cluster()
         except UserError as exc:
             if mode == "watch":
                 raise UserError(f"--ready-pods watch: {exc}") from exc
@@ -127,7 +128,7 @@ def build_ready_pods(opts: dict[str, Any]):
 
         for w in load_config(opts["config"]).workloads:
             configured[w.series_id] = (w.namespace, w.kind, w.name)
-    return kube, configured
+    return kube, configured, opts.get("pod_watch_dir")
 
 
 def build_app(opts: dict[str, Any]):

@@ -19,9 +19,6 @@ from typing import Any, Mapping
 
 log = logging.getLogger("foresight.adapter.observemode")
 
-PATH = "/apis/foresight.dev/v1alpha1/predictiveautoscalers"
-
-
 def view_of(items) -> dict[str, dict]:
     """series id -> {autoscaler, mode, observe, hpa} from a PredictiveAutoscaler list; ``hpa``:
     the target Value and replica bounds its HPA is written with (the dashboard's desired line)."""
@@ -50,7 +47,6 @@ class ObserveView:
         self._view: dict[str, dict] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._client: Any = None
         self.last_error: str | None = None
         self.synced = False
 
@@ -58,26 +54,20 @@ class ObserveView:
         return self._view.get(series_id)
 
     def refresh(self) -> None:
-        import httpx
+        from forecaster.kubeclient import KubeUnavailable
 
-        if self._client is None:
-            self._client = httpx.Client(verify=self.kube._ssl if self.kube._ssl is not None else False,
-                                        timeout=self.timeout)
-        token = self.kube._bearer()
         try:
-            r = self._client.get(self.kube.server + PATH, headers={"Authorization": f"Bearer {token}"} if token else {})
-        except httpx.HTTPError as exc:
-            self.last_error = f"listing PredictiveAutoscalers: {exc.__class__.__name__}: {exc}"
+            body = self.kube.list_autoscalers()
+        except KubeUnavailable as exc:
+            hint = (" (grant the adapter's ServiceAccount get, list on predictiveautoscalers.foresight.dev)"
+                    if exc.status == 403 else "")
+            what = f"HTTP {exc.status}" if exc.status else str(exc)
+            self.last_error = f"listing PredictiveAutoscalers: {what}{hint}"
             return
-        if r.status_code == 404:  # the CRD is not installed: no autoscalers, nothing observed
+        if body is None:  # the CRD is not installed: no autoscalers, nothing observed
             self._view, self.last_error, self.synced = {}, None, True
             return
-        if r.status_code != 200:
-            hint = (" (grant the adapter's ServiceAccount get, list on predictiveautoscalers.foresight.dev)"
-                    if r.status_code == 403 else "")
-            self.last_error = f"listing PredictiveAutoscalers: HTTP {r.status_code}{hint}"
-            return
-        self._view, self.last_error, self.synced = view_of(r.json().get("items")), None, True
+        self._view, self.last_error, self.synced = view_of(body.get("items")), None, True
 
     def _run(self) -> None:
         said = None  # each new error is logged once, not every resync
@@ -100,8 +90,6 @@ class ObserveView:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(self.timeout + 5)
-        if self._client is not None:
-            self._client.close()
 
 
 def observe_row(view: ObserveView | None, series_id: str, ready_now) -> dict | None:

@@ -9,8 +9,9 @@ the scale-ups a predictive autoscaler is for.
 
 :class:`PodWatch` keeps, per workload (``namespace/name`` of a Deployment, StatefulSet or
 ReplicaSet), the number of pods matching the workload's own selector with phase Running and the
-Ready condition True, from one list + watch of pods (a resourceVersion-resumed stream, relisted
-on 410 Gone) and the workloads' selectors (re-read every ``resync_seconds``). ``count`` is a dict
+Ready condition True, from one list + watch of pods (the list paged, ``page_size`` pods a page
+with ``limit`` and ``continue``; the watch resumed from the list's resourceVersion, relisted on 410
+Gone; all through forecaster/kubeclient.py) and the workloads' selectors (re-read every ``resync_seconds``). ``count`` is a dict
 read: a workload it does not know yet is queued for a resolver thread that reads its selector at
 once, so a request never waits on the API server. Until the first list has completed, until a
 new workload is resolved, or for a workload whose object cannot be read, it answers None and the
@@ -23,7 +24,6 @@ ready pods nor requests need kube-state-metrics: the Kubernetes API has both.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import queue
@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from adapter.quantity import parse_quantity
+from forecaster.kubeclient import POD_PAGE_SIZE
 
 log = logging.getLogger("foresight.adapter.readypods")
 
 __all__ = ["PodWatch", "ReadyPods", "label_selector_matches", "pod_counts", "pod_cpu_request", "running_and_ready",
            "workloads_of"]
 
-KIND_PATHS = {"Deployment": "deployments", "StatefulSet": "statefulsets", "ReplicaSet": "replicasets"}
 # /readyz waits this long at most for the first list of pods: a replica that joins the Service
 # before it has counted pods answers "ready pod count unknown" where kube-state-metrics is not
 # scraped (its HPAs' syncs fail), but an API server that cannot be listed must not keep the
@@ -141,13 +141,16 @@ class _State:
 class PodWatch:
     """Ready pods per workload from a list + watch of pods (see the module doc).
 
-    kube: an ``adapter.kube.KubeAPI`` (its server, TLS context and token); workloads: a
-    callable returning series id -> (namespace, kind, name), re-read at every resync.
+    kube: a ``forecaster.kubeclient.KubeClient``; workloads: a callable returning series id ->
+    (namespace, kind, name), re-read at every resync; page_size: pods per page of the list.
     """
 
     def __init__(self, kube, workloads: Callable[[], Mapping[str, tuple[str, str, str]]],
-                 resync_seconds: float = 30.0, timeout_seconds: float = 10.0) -> None:
+                 resync_seconds: float = 30.0, timeout_seconds: float = 10.0,
+                 page_size: int = POD_PAGE_SIZE) -> None:
         self.kube = kube
+        self.page_size = int(page_size)
+        self.lists = 0  # completed lists (the first, and one after each 410 Gone)
         self.workloads = workloads
         self.resync_seconds = float(resync_seconds)
         self.timeout = float(timeout_seconds)
@@ -155,14 +158,13 @@ class PodWatch:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._client: Any = None
-        self._lookups: Any = None  # the resolver's own client (the watch's is streaming)
         self._missing: dict[str, float] = {}  # series id -> when its workload could not be read
         self._extra: dict[str, tuple[str, str, str]] = {}  # workloads first seen by count()
         self._wanted: queue.Queue = queue.Queue(maxsize=10_000)
         self._asked: set[str] = set()  # series ids queued for the resolver
         self._resolver: threading.Thread | None = None
         self.errors = 0
+        self.changes = 0  # bumped by every change of the counts (adapter/podshare.py publishes on it)
         self._started_at: float | None = None
 
     # --- what the adapter reads -------------------------------------------------------
@@ -222,6 +224,14 @@ class PodWatch:
             self._recount()
         return True
 
+    def table(self) -> tuple[int, bool, dict[str, tuple[int, float, int]]]:
+        """(changes, listed yet, series id -> (ready pods, summed CPU request, pods with one)) of
+        every workload known, consistent at one moment (what adapter/podshare.py publishes)."""
+        with self._lock:
+            st = self._st
+            known = {sid: (st.counts.get(sid, 0), *st.requests.get(sid, (0.0, 0))) for sid in st.selectors}
+            return self.changes, st.synced, known
+
     # --- the loop ----------------------------------------------------------------------
     def warming(self) -> bool:
         if self._st.synced or self._started_at is None:
@@ -241,41 +251,14 @@ class PodWatch:
         for t in (self._thread, self._resolver):
             if t is not None:
                 t.join(self.timeout + 5)
-        for c in (self._client, self._lookups):
-            if c is not None:
-                c.close()
 
-    def _http(self, lookup: bool = False):
-        import httpx
-
-        ssl_ctx = self.kube._ssl if self.kube._ssl is not None else False
-        if lookup:
-            if self._lookups is None:
-                self._lookups = httpx.Client(verify=ssl_ctx, timeout=self.timeout)
-            client = self._lookups
-        else:
-            if self._client is None:
-                self._client = httpx.Client(verify=ssl_ctx, timeout=httpx.Timeout(self.timeout, read=self.resync_seconds + 10))
-            client = self._client
-        token = self.kube._bearer()
-        return client, ({"Authorization": f"Bearer {token}"} if token else {})
-
-    def _selector(self, ns: str, kind: str, name: str, lookup: bool = True) -> Mapping[str, Any] | None:
-        res = KIND_PATHS.get(kind)
-        if res is None:
-            return None
-        obj = self._get(f"/apis/apps/v1/namespaces/{ns}/{res}/{name}", lookup)
+    def _selector(self, ns: str, kind: str, name: str) -> Mapping[str, Any] | None:
+        obj = self.kube.read_workload(ns, kind, name)
         return ((obj or {}).get("spec") or {}).get("selector") or None
 
-    def _get(self, path: str, lookup: bool = False) -> dict | None:
-        client, headers = self._http(lookup)
-        r = client.get(self.kube.server + path, headers=headers)
-        if r.status_code == 404:
-            return None
-        r.raise_for_status()
-        return r.json()
-
     def _run(self) -> None:
+        from forecaster.kubeclient import KubeGone
+
         rv = None
         while not self._stop.is_set():
             try:
@@ -283,6 +266,10 @@ class PodWatch:
                 if rv is None:
                     rv = self._list()
                 rv = self._watch(rv)
+            except KubeGone:
+                # a continue token or resourceVersion older than the API server keeps: list again
+                # now (not an error: etcd compaction does this every few minutes)
+                rv = None
             except Exception as exc:  # noqa: BLE001 - the adapter keeps serving with meta.ready_pods
                 self.errors += 1
                 log.warning("pod watch: %s: %s (serving with the published ready_pods until it recovers)",
@@ -293,7 +280,7 @@ class PodWatch:
     def _resync_selectors(self) -> None:
         sels: dict[str, tuple[str, Mapping[str, Any]]] = {}
         for sid, (ns, kind, name) in {**self._extra, **dict(self.workloads())}.items():
-            sel = self._selector(ns, kind, name, lookup=False)
+            sel = self._selector(ns, kind, name)
             if sel:
                 sels[sid] = (ns, sel)
         with self._lock:
@@ -302,9 +289,12 @@ class PodWatch:
                 self._recount()
 
     def _list(self) -> str:
-        body = self._get("/api/v1/pods") or {}
+        """Every pod, ``page_size`` at a time (a cluster of 100k pods is not one response the
+        API server builds in memory, nor one this process parses at once); the resourceVersion
+        the watch resumes from."""
+        items, rv = self.kube.list_pods(self.page_size)
         pods = {}
-        for p in body.get("items") or []:
+        for p in items:
             uid = (p.get("metadata") or {}).get("uid")
             if uid:
                 pods[uid] = _slim(p)
@@ -312,34 +302,23 @@ class PodWatch:
             self._st.pods = pods
             self._recount()
             self._st.synced = True
-        return str((body.get("metadata") or {}).get("resourceVersion") or "")
+            self.lists += 1
+        return rv
 
-    def _watch(self, rv: str) -> str | None:
+    def _watch(self, rv: str) -> str:
         """Apply watch events until the server closes the stream (after about a resync);
-        returns the resourceVersion to resume from, or None to relist (410 Gone)."""
-        client, headers = self._http()
-        params = {"watch": "1", "resourceVersion": rv, "allowWatchBookmarks": "true",
-                  "timeoutSeconds": str(int(self.resync_seconds))}
-        with client.stream("GET", self.kube.server + "/api/v1/pods", params=params, headers=headers) as r:
-            if r.status_code == 410:
-                return None
-            r.raise_for_status()
-            for line in r.iter_lines():
-                if self._stop.is_set():
-                    return rv
-                if not line:
-                    continue
-                ev = json.loads(line)
-                obj = ev.get("object") or {}
-                typ = ev.get("type")
-                if typ == "ERROR":
-                    return None if obj.get("code") == 410 else rv
-                meta = obj.get("metadata") or {}
-                rv = str(meta.get("resourceVersion") or rv)
-                if typ == "BOOKMARK" or not meta.get("uid"):
-                    continue
-                with self._lock:
-                    self._apply(meta["uid"], None if typ == "DELETED" else _slim(obj))
+        returns the resourceVersion to resume from (KubeGone: relist)."""
+        for ev in self.kube.watch_pods(rv, int(self.resync_seconds)):
+            if self._stop.is_set():
+                return rv
+            obj = ev.get("object") or {}
+            typ = ev.get("type")
+            meta = obj.get("metadata") or {}
+            rv = str(meta.get("resourceVersion") or rv)
+            if typ == "BOOKMARK" or not meta.get("uid"):
+                continue
+            with self._lock:
+                self._apply(meta["uid"], None if typ == "DELETED" else _slim(obj))
         return rv
 
     def _apply(self, uid: str, pod: dict | None) -> None:
@@ -347,10 +326,13 @@ class PodWatch:
         selector it matched before or matches now change their count, so an event costs the
         namespace's workloads, not every pod times every workload."""
         st = self._st
+        self.changes += 1
         old = st.pods.pop(uid, None)
         if pod is not None:
             st.pods[uid] = pod
         for p, sign in ((old, -1), (pod, 1)):
+            if p is None:
+                continue
             for sid in _ready_matches(p, st.by_ns):
                 st.counts[sid] = st.counts.get(sid, 0) + sign  # one value per key: count() reads without the lock
                 if p.get("cpu") is not None:
@@ -359,6 +341,7 @@ class PodWatch:
 
     def _recount(self) -> None:
         # a new dict, swapped in whole: count() reads without the lock
+        self.changes += 1
         by_ns: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
         for sid, (ns, sel) in self._st.selectors.items():
             by_ns.setdefault(ns, []).append((sid, sel))
@@ -372,7 +355,7 @@ def _ready_matches(pod: Mapping[str, Any] | None, by_ns: Mapping[str, list]) -> 
         return []
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
-    return [sid for sid, sel in by_ns.get(meta.get("namespace"), ()) if label_selector_matches(sel, labels)]
+    return [sid for sid, sel in by_ns.get(meta.get("namespace") or "", ()) if label_selector_matches(sel, labels)]
 
 
 def _slim(pod: Mapping[str, Any]) -> dict:

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from forecaster.kubeapi import KubeAPI, KubeUnavailable
+from forecaster.kubeclient import KubeClient, KubeUnavailable
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class _TTLCache:
 
 @dataclass
 class TokenReviewAuthenticator:
-    kube: KubeAPI
+    kube: KubeClient
     cache_seconds: float = 10.0
     audiences: list[str] = field(default_factory=list)
     clock: Callable[[], float] = time.monotonic
@@ -109,7 +109,7 @@ class TokenReviewAuthenticator:
 
 @dataclass
 class SubjectAccessReviewAuthorizer:
-    kube: KubeAPI
+    kube: KubeClient
     cache_seconds: float = 10.0
     clock: Callable[[], float] = time.monotonic
 

@@ -47,7 +47,7 @@ def pool_attributes(verb: str, pool: str, namespace: str) -> Attributes:
 @dataclass
 class PoolAuthorizer:
     """SubjectAccessReviews for pool access (``forecaster.accessreview.SubjectAccessReviewAuthorizer``
-    does the review and its cache). Raises ``forecaster.kubeapi.KubeUnavailable`` when the API
+    does the review and its cache). Raises ``forecaster.kubeclient.KubeUnavailable`` when the API
     server cannot answer: the API turns that into a 503 with Retry-After."""
 
     reviewer: SubjectAccessReviewAuthorizer
@@ -65,9 +65,9 @@ class PoolAuthorizer:
 def build_pool_authorizer(kubeconfig: str | None, cache_seconds: float = 10.0) -> PoolAuthorizer:
     """In-cluster service account unless ``kubeconfig``; it needs ``create`` on
     ``subjectaccessreviews`` (manifests/warmpool/rbac.yaml)."""
-    from forecaster.kubeapi import KubeAPI
+    from forecaster.kubeclient import KubeClient
 
-    kube = KubeAPI.from_kubeconfig(kubeconfig) if kubeconfig else KubeAPI.in_cluster()
+    kube = KubeClient.connect(kubeconfig)
     return PoolAuthorizer(SubjectAccessReviewAuthorizer(kube, cache_seconds=cache_seconds))
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from adapter.app import create_app
 from adapter.authz import SubjectAccessReviewAuthorizer, TokenReviewAuthenticator, request_attributes
-from adapter.kube import KubeAPI
+from forecaster.kubeclient import KubeClient
 from adapter.server import serve_in_thread
 from adapter.tls import ensure_serving_cert
 from forecaster.store import MemoryForecastStore
@@ -42,7 +42,7 @@ def adapter(kube, tmp_path):
     now = time.time()
     store.publish(sample_forecast("shop", "checkout", now=now))
     store.publish(sample_forecast("bank", "ledger", now=now))
-    api = KubeAPI(kube.url, token="adapter-sa-token")
+    api = KubeClient.for_server(kube.url, token="adapter-sa-token")
     app = create_app(None, store, authenticator=TokenReviewAuthenticator(api, cache_seconds=60),
                      authorizer=SubjectAccessReviewAuthorizer(api, cache_seconds=60))
     crt, key = ensure_serving_cert(tmp_path / "certs")
@@ -116,7 +116,7 @@ def test_reviews_are_cached_so_the_api_server_is_not_called_per_request(adapter,
 def test_an_api_server_that_does_not_answer_is_a_503_not_a_500(kube, tmp_path):
     store = MemoryForecastStore()
     store.publish(sample_forecast("shop", "checkout", now=time.time()))
-    api = KubeAPI(f"http://127.0.0.1:{free_port()}", token="x", timeout_seconds=2)  # nothing listens
+    api = KubeClient.for_server(f"http://127.0.0.1:{free_port()}", token="x", timeout_seconds=2)  # nothing listens
     app = create_app(None, store, authenticator=TokenReviewAuthenticator(api), authorizer=SubjectAccessReviewAuthorizer(api))
     handle = serve_in_thread(app, "127.0.0.1", free_port())
     try:

@@ -12,7 +12,7 @@ import pytest
 
 from adapter.app import create_app
 from adapter.authz import SubjectAccessReviewAuthorizer, TokenReviewAuthenticator
-from adapter.kube import KubeAPI
+from forecaster.kubeclient import KubeClient
 from adapter.server import serve_in_thread
 from forecaster.store import MemoryForecastStore
 from tests.adapter.helpers import EXT, sample_forecast
@@ -56,7 +56,7 @@ def adapter(cluster):
     store = MemoryForecastStore()
     store.publish(sample_forecast("shop", "checkout", now=time.time()))
     store.publish(sample_forecast("bank", "ledger", now=time.time()))
-    kube = KubeAPI.from_kubeconfig(str(cluster.service_account_kubeconfig("foresight", "foresight")))
+    kube = KubeClient.from_kubeconfig(str(cluster.service_account_kubeconfig("foresight", "foresight")))
     app = create_app(None, store, authenticator=TokenReviewAuthenticator(kube), authorizer=SubjectAccessReviewAuthorizer(kube))
     handle = serve_in_thread(app, "127.0.0.1", free_port())
     yield handle.url

@@ -165,3 +165,90 @@ def test_a_replica_is_not_ready_until_its_pod_watch_has_listed_pods_but_only_for
         assert c.get("/readyz").status_code == 200
         w._started_at, w._st.synced = time.monotonic(), True
         assert c.get("/readyz").status_code == 200
+
+
+# --- the list and watch against the kube double (tests/adapter/kube_double.py) --------------
+
+def _wait_for(cond, what, timeout=30.0):
+    """Poll a condition (the watch runs in its own thread); the deadline only bounds a failure."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def _api_pod(uid, ns, app, ready=True, cpu="250m"):
+    return {"metadata": {"uid": uid, "namespace": ns, "name": uid, "labels": {"app": app}},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+@pytest.fixture
+def pod_api():
+    """The double with 1,203 pods over three namespaces (402 of shop/api Ready) and api's Deployment."""
+    from tests.adapter.kube_double import KubeDouble, Policy
+
+    double = KubeDouble(Policy()).start()
+    for i in range(1203):
+        ns = ("shop", "bank", "misc")[i % 3]
+        double.pods.add(_api_pod(f"p{i}", ns, "api", ready=(i % 3 != 0 or i % 2 == 0)))
+    double.pods.workloads["/apis/apps/v1/namespaces/shop/deployments/api"] = {
+        "kind": "Deployment", "metadata": {"name": "api", "namespace": "shop"},
+        "spec": {"selector": {"matchLabels": {"app": "api"}}}}
+    yield double
+    double.stop()
+
+
+def _start_watch(double, **kw):
+    from adapter.readypods import PodWatch
+    from forecaster.kubeclient import KubeClient
+
+    kube = KubeClient.for_server(double.url, token="sa", timeout_seconds=10)
+    w = PodWatch(kube, workloads=lambda: {"shop/api": ("shop", "Deployment", "api")}, **kw).start()
+    _wait_for(lambda: w.count("shop/api") is not None, "the first list")
+    return w
+
+
+def test_the_pod_list_is_read_in_pages_and_the_watch_resumes_from_the_lists_resource_version(pod_api):
+    w = _start_watch(pod_api, page_size=500)
+    try:
+        shop_ready = sum(1 for i in range(1203) if i % 3 == 0 and i % 2 == 0)
+        assert w.count("shop/api") == shop_ready == 201
+        assert w.cpu_request("shop/api") == pytest.approx(0.25)
+        lists = pod_api.pods.lists()
+        assert [q.get("limit") for q in lists] == ["500", "500", "500"]  # 1,203 pods: three pages
+        assert "continue" not in lists[0] and lists[1]["continue"] and lists[2]["continue"] != lists[1]["continue"]
+        _wait_for(lambda: pod_api.pods.watches(), "the watch")
+        watch = pod_api.pods.watches()[0]
+        assert watch["resourceVersion"] == lists[1]["continue"].partition(":")[0]  # the list's own version
+        assert watch["allowWatchBookmarks"] in ("true", "True")
+        pod_api.pods.emit("ADDED", _api_pod("new", "shop", "api"))
+        _wait_for(lambda: w.count("shop/api") == 202, "the added pod")
+        pod_api.pods.emit("DELETED", _api_pod("p0", "shop", "api"))
+        _wait_for(lambda: w.count("shop/api") == 201, "the deleted pod")
+    finally:
+        pod_api.pods.closing = True
+        w.stop()
+
+
+def test_a_watch_gone_410_relists_in_pages_and_an_expired_continue_token_starts_the_list_again(pod_api):
+    w = _start_watch(pod_api, page_size=500)
+    try:
+        _wait_for(lambda: pod_api.pods.watches(), "the watch")
+        assert w.lists == 1
+        pod_api.pods.expire_continue = True  # the relist's second page: 410, its continue token too old
+        pod_api.pods.gone()
+        _wait_for(lambda: w.lists == 2, "the relist")
+        lists = pod_api.pods.lists()
+        # first list (3 pages), a relist cut at its second page by the 410, a whole relist (3 pages)
+        assert len(lists) == 3 + 2 + 3 and all(q["limit"] == "500" for q in lists)
+        assert [("continue" in q) for q in lists[3:]] == [False, True, False, True, True]
+        assert w.count("shop/api") == 201 and w.errors == 0  # 410s are routine, not errors
+        _wait_for(lambda: len(pod_api.pods.watches()) >= 2, "the second watch")
+        pod_api.pods.emit("ADDED", _api_pod("later", "shop", "api"))
+        _wait_for(lambda: w.count("shop/api") == 202, "an event after the relist")
+    finally:
+        pod_api.pods.closing = True
+        w.stop()

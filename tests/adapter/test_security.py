@@ -12,7 +12,7 @@ import pytest
 
 from adapter.app import create_app, create_scheduler_app
 from adapter.authz import SubjectAccessReviewAuthorizer
-from adapter.kube import KubeAPI
+from forecaster.kubeclient import KubeClient
 from adapter.server import serve_in_thread
 from adapter.settings import AdapterSettings, AuthSettings
 from adapter.tls import write_ca, write_signed
@@ -103,7 +103,7 @@ def test_front_proxy_user_and_groups_are_what_the_access_review_sees(pki):
     store.publish(sample_forecast("bank", "ledger", now=time.time()))
     settings = AdapterSettings(auth=AuthSettings(requestheader_ca_file=str(pki["fp_ca"]),
                                                  allowed_names=("front-proxy-client",)))
-    app = create_app(settings, store, authorizer=SubjectAccessReviewAuthorizer(KubeAPI(double.url, token="sa")))
+    app = create_app(settings, store, authorizer=SubjectAccessReviewAuthorizer(KubeClient.for_server(double.url, token="sa")))
     handle = serve_in_thread(app, "127.0.0.1", free_port(), *map(str, pki["server"]), client_ca_file=str(pki["fp_ca"]))
     headers = [("X-Remote-User", "bob"), ("X-Remote-Group", "system:authenticated"), ("X-Remote-Group", "shop-team"),
                ("X-Remote-Extra-Scopes", "view"), ("X-Remote-Extra-Scopes", "openid")]
@@ -138,6 +138,6 @@ def test_serve_builds_the_demand_reader_and_the_reviewers_from_its_options(tmp_p
         "contexts: [{name: c, context: {cluster: k, user: u}}]\nusers: [{name: u, user: {token: abc}}]\n"
     )
     authn, authz = build_auth({"delegated_auth": True, "kubeconfig": str(kubeconfig), "review_cache_seconds": 3})
-    assert authn.kube.server == "https://127.0.0.1:6443" and authn.kube._token == "abc"
+    assert authn.kube.server == "https://127.0.0.1:6443" and authn.kube.authorization() == "Bearer abc"
     assert authz.cache_seconds == 3
     assert build_auth({}) == (None, None)

@@ -25,7 +25,7 @@ SIDE_DOORS = {"kubeoperator": {"replay.hpa"}, "adapter": {"replay.hpa"}}
 # outside system -> the only modules allowed to import its client
 OWNERS = {
     "redis": {"forecaster/store.py"},
-    "kubernetes": {"warmpool/backends/kubernetes.py", "kubeoperator/kube.py"},
+    "kubernetes": {"forecaster/kubeclient.py", "warmpool/backends/kubernetes.py", "kubeoperator/kube.py"},
 }
 
 

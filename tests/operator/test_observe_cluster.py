@@ -123,7 +123,7 @@ def test_the_adapter_rest_and_dashboard_show_the_would_have_line_beside_the_actu
     from fastapi.testclient import TestClient
 
     from adapter.app import create_app
-    from adapter.kube import KubeAPI
+    from forecaster.kubeclient import KubeClient
     from adapter.observemode import ObserveView
 
     cp, store = running
@@ -131,7 +131,7 @@ def test_the_adapter_rest_and_dashboard_show_the_would_have_line_beside_the_actu
     cp.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(pa("obs", "Observe")))
     st = wait_for("two observed syncs", lambda: len(((s := cp.admin.json(f"{PAS}/obs").get("status") or {})
                                                       .get("observe") or {}).get("recent") or []) >= 2 and s, timeout=60)
-    app = create_app(store=store, pod_watch=(KubeAPI.from_kubeconfig(str(cp.admin_kubeconfig)), {}))
+    app = create_app(store=store, pod_watch=(KubeClient.from_kubeconfig(str(cp.admin_kubeconfig)), {}))
     with TestClient(app) as client:
         row = wait_for("observe in REST", lambda: next((r for r in client.get("/api/v1/forecasts").json()["items"]
                                                          if r["series_id"] == "shop/obs" and (r.get("observe") or {})
@@ -147,14 +147,14 @@ def test_the_adapter_rest_and_dashboard_show_the_would_have_line_beside_the_actu
         assert legacy["observe"]["autoscaler"] == "legacy"
     # an adapter whose ServiceAccount may not list autoscalers says so instead of showing nothing
     cp.kubectl("create", "serviceaccount", "no-pas", "-n", "shop", check=False)
-    view = ObserveView(KubeAPI.from_kubeconfig(str(cp.service_account_kubeconfig("shop", "no-pas"))))
+    view = ObserveView(KubeClient.from_kubeconfig(str(cp.service_account_kubeconfig("shop", "no-pas"))))
     view.refresh()
     assert "HTTP 403" in view.last_error and "predictiveautoscalers.foresight.dev" in view.last_error
     from adapter.observemode import observe_row
 
     assert observe_row(view, "shop/obs", lambda: None) is None
     view.stop()
-    app = create_app(store=store, pod_watch=(KubeAPI.from_kubeconfig(str(cp.service_account_kubeconfig("shop", "no-pas"))), {}))
+    app = create_app(store=store, pod_watch=(KubeClient.from_kubeconfig(str(cp.service_account_kubeconfig("shop", "no-pas"))), {}))
     with TestClient(app) as client:
         body = wait_for("the refusal in /readyz", lambda: (b := client.get("/readyz").json()).get("observe_view_error") and b,
                         timeout=30)

@@ -344,22 +344,30 @@ class KubernetesBackend:
 
 def token_reviewer(*, host: str | None = None, kubeconfig: str | None = None, in_cluster: bool = False,
                    audiences: tuple[str, ...] = (), timeout_seconds: float = 5.0):
-    """``token -> {"username", "groups"} | None`` by a TokenReview (for ``warmpool.auth``);
+    """``token -> {"username", "groups"} | None`` by a TokenReview (for ``warmpool.auth``), through
+    the project's one client (forecaster/kubeclient.py: exec and auth-provider kubeconfigs work);
     raises ``ReviewUnavailable`` when the API server cannot answer."""
+    import os
+
+    from forecaster.kubeclient import KubeClient, KubeUnavailable
     from warmpool.auth import ReviewUnavailable
 
-    core = make_api(host, kubeconfig, in_cluster)
-    authn = k8s.AuthenticationV1Api(core.api_client)
+    if host:
+        kube = KubeClient.for_server(host, timeout_seconds=timeout_seconds)
+    elif in_cluster:
+        kube = KubeClient.in_cluster(timeout_seconds=timeout_seconds)
+    else:  # as kubectl: the given file, else ~/.kube/config
+        kube = KubeClient.from_kubeconfig(kubeconfig or os.path.expanduser("~/.kube/config"),
+                                          timeout_seconds=timeout_seconds)
 
     def review(token: str) -> dict | None:
-        body = k8s.V1TokenReview(spec=k8s.V1TokenReviewSpec(token=token, audiences=list(audiences) or None))
         try:
-            r = authn.create_token_review(body, _request_timeout=timeout_seconds)
-        except (ApiException, OSError) as exc:
-            raise ReviewUnavailable(f"TokenReview failed: {getattr(exc, 'status', '')} {getattr(exc, 'reason', exc)}") from exc
-        st = r.status
-        if st is None or not st.authenticated or st.user is None:
+            st = kube.token_review_sync(token, list(audiences) or None)
+        except KubeUnavailable as exc:
+            raise ReviewUnavailable(f"TokenReview failed: {exc}") from exc
+        user = st.get("user") or {}
+        if not st.get("authenticated") or not user:
             return None
-        return {"username": st.user.username or "", "groups": list(st.user.groups or [])}
+        return {"username": user.get("username") or "", "groups": list(user.get("groups") or [])}
 
     return review
