@@ -16,8 +16,8 @@ DEFAULT_STORE = "redis://127.0.0.1:6379/0"  # without --store and without a conf
 
 def build_settings(opts: dict[str, Any]):
     """(AdapterSettings, store URL) from options."""
-    from forecaster.served import MetricSettings
     from adapter.settings import AdapterSettings, AuthSettings, CacheSettings
+    from forecaster.served import MetricSettings
 
     labels: dict[str, dict[str, str]] = {}
     capacity: dict[str, dict[str, float]] = {}
@@ -95,7 +95,7 @@ def build_auth(opts: dict[str, Any]):
     if not opts.get("delegated_auth"):
         return None, None
     from adapter.authz import SubjectAccessReviewAuthorizer, TokenReviewAuthenticator
-    from adapter.kube import KubeAPI
+    from forecaster.kubeapi import KubeAPI
 
     kube = KubeAPI.from_kubeconfig(opts["kubeconfig"]) if opts.get("kubeconfig") else KubeAPI.in_cluster()
     ttl = float(opts.get("review_cache_seconds", 10.0))
@@ -110,7 +110,7 @@ def build_ready_pods(opts: dict[str, Any]):
     mode = opts.get("ready_pods", "auto")
     if mode == "published":
         return None
-    from adapter.kube import KubeAPI
+    from forecaster.kubeapi import KubeAPI
 
     if opts.get("kubeconfig"):
         kube = KubeAPI.from_kubeconfig(opts["kubeconfig"])

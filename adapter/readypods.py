@@ -141,7 +141,7 @@ class _State:
 class PodWatch:
     """Ready pods per workload from a list + watch of pods (see the module doc).
 
-    kube: an ``adapter.kube.KubeAPI`` (its server, TLS context and token); workloads: a
+    kube: a ``forecaster.kubeapi.KubeAPI`` (its server, TLS context and token); workloads: a
     callable returning series id -> (namespace, kind, name), re-read at every resync.
     """
 

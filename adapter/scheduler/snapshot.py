@@ -167,11 +167,6 @@ def score_snapshot(
     )
 
 
-def build_snapshot(store: ForecastStore, settings: SchedulerSettings, now: float) -> PlacementSnapshot:
-    forecasts, workloads = read_store(store)
-    return score_snapshot(forecasts, workloads, settings, now, loaded_at=now)
-
-
 class SnapshotCache:
     """Holds the current snapshot; ``get()`` never blocks once one exists."""
 

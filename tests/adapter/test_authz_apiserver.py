@@ -12,8 +12,8 @@ import pytest
 
 from adapter.app import create_app
 from adapter.authz import SubjectAccessReviewAuthorizer, TokenReviewAuthenticator
-from adapter.kube import KubeAPI
 from adapter.server import serve_in_thread
+from forecaster.kubeapi import KubeAPI
 from forecaster.store import MemoryForecastStore
 from tests.adapter.helpers import EXT, sample_forecast
 from tests.stack import free_port

@@ -123,7 +123,7 @@ def test_the_adapter_rest_and_dashboard_show_the_would_have_line_beside_the_actu
     from fastapi.testclient import TestClient
 
     from adapter.app import create_app
-    from adapter.kube import KubeAPI
+    from forecaster.kubeapi import KubeAPI
     from adapter.observemode import ObserveView
 
     cp, store = running
