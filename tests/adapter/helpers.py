@@ -19,7 +19,6 @@ EXT = "/apis/external.metrics.k8s.io/v1beta1"
 def sample_forecast(ns="shop", name="checkout", *, now=None, p90=(3.0, 4.0, 5.0), observed=2.0, ready_pods=4,
                     request=0.5, labels=None, kind="Deployment", age=0.0, status="ok", reason="", step=60.0):
     now = time.time() if now is None else now
-    n = len(p90)
     return make_forecast(
         f"{ns}/{name}",
         origin=now - age,

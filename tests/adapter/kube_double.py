@@ -46,7 +46,7 @@ class KubeDouble:
             def log_message(self, *a):  # quiet
                 pass
 
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 double.bearer_seen.append(self.headers.get("Authorization"))
                 if self.path == "/apis/authentication.k8s.io/v1/tokenreviews":

@@ -11,9 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from adapter.app import create_app
-from forecaster.served import MetricSettings
 from adapter.quantity import format_quantity, parse_quantity
 from adapter.settings import AdapterSettings, CacheSettings
+from forecaster.served import MetricSettings
 from forecaster.store import MemoryForecastStore, RedisForecastStore
 from tests.adapter.helpers import EXT, sample_forecast
 
@@ -77,7 +77,9 @@ def test_the_selector_picks_workloads_by_configured_and_meta_labels():
     c_ = sample_forecast("shop", "db", now=NOW, labels={"tier": "data"}, kind="StatefulSet")
     settings = AdapterSettings(workload_labels={"shop/checkout": {"team": "pay"}})
     with client_for(a, b, c_, settings=settings) as c:
-        names = lambda sel: sorted(i["metricLabels"]["workload"] for i in c.get(value_url("predicted_cpu_cores", sel)).json()["items"])  # noqa: E731
+        def names(sel):
+            return sorted(i["metricLabels"]["workload"] for i in c.get(value_url("predicted_cpu_cores", sel)).json()["items"])
+
         assert names("tier=web") == ["cart", "checkout"]
         assert names("tier in (web,data),workload!=cart") == ["checkout", "db"]
         assert names("team=pay") == ["checkout"]
@@ -146,7 +148,8 @@ def test_bad_requests_get_the_right_status_object_never_a_500(path, code):
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
-@pytest.mark.parametrize("path", ["/apis", EXT, value_url("predicted_cpu_cores", "workload=checkout"), "/api/v1/forecasts", "/healthz"])
+@pytest.mark.parametrize(
+    "path", ["/apis", EXT, value_url("predicted_cpu_cores", "workload=checkout"), "/api/v1/forecasts", "/healthz"])
 def test_wrong_methods_are_405_status_objects(method, path):
     with client_for(sample_forecast(now=NOW)) as c:
         r = c.request(method, path)
@@ -195,7 +198,8 @@ def test_health_endpoints_and_prometheus_metrics():
         c.get(value_url("predicted_cpu_cores", "workload=checkout"))
         m = c.get("/metrics").text
     assert "foresight_adapter_request_duration_seconds_bucket" in m
-    assert 'foresight_adapter_served_value{metric="predicted_cpu_cores",namespace="shop",source="forecast",workload="checkout"}' in m
+    assert ('foresight_adapter_served_value{metric="predicted_cpu_cores",namespace="shop",source="forecast",'
+            'workload="checkout"}') in m
     assert 'foresight_adapter_forecast_age_seconds{stat="max"}' in m
     assert "foresight_adapter_stale_forecasts 0.0" in m
 
@@ -331,7 +335,10 @@ def test_label_selectors_over_a_redis_store_and_expired_series_drop_out(redis_ur
     store.publish(sample_forecast("shop", "a", now=time.time(), labels={"tier": "web"}))
     settings = AdapterSettings(cache=CacheSettings(ttl_seconds=0.2, index_refresh_seconds=0.2))
     with TestClient(create_app(settings, store)) as c:
-        names = lambda: sorted(i["metricLabels"]["workload"] for i in c.get(value_url("predicted_cpu_cores", "tier=web")).json().get("items", []))  # noqa: E731
+        def names():
+            items = c.get(value_url("predicted_cpu_cores", "tier=web")).json().get("items", [])
+            return sorted(i["metricLabels"]["workload"] for i in items)
+
         assert names() == ["a", "b"]
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and names() != ["a"]:
@@ -355,7 +362,8 @@ def test_the_dashboard_shows_the_replicas_the_hpa_heads_for_on_the_served_value(
 
     fc = sample_forecast(now=NOW, p90=(3.0, 4.0, 6.0, 8.0, 8.0, 8.0), observed=2.0, ready_pods=4, request=0.5)
     with client_for(fc) as c:
-        ratio = float(parse_quantity(c.get(value_url("predicted_cpu_load_ratio", "deployment=checkout")).json()["items"][0]["value"]))
+        body = c.get(value_url("predicted_cpu_load_ratio", "deployment=checkout")).json()
+        ratio = float(parse_quantity(body["items"][0]["value"]))
         html = c.get("/").text
         assert _heads_for(html) == math.ceil(ratio * 4 / 0.7 - 1e-9)
         assert 'class="desired"' in html and "up to" in html  # the forecast ahead rises: the line does too

@@ -21,7 +21,16 @@ import httpx
 import pytest
 import yaml
 
-from tests.cluster.controlplane import allow_cold_build, ROOT, ControlPlane, KubeletStandIn, build_binaries, free_port, tls_context, wait_for
+from tests.cluster.controlplane import (
+    ROOT,
+    ControlPlane,
+    KubeletStandIn,
+    allow_cold_build,
+    build_binaries,
+    free_port,
+    tls_context,
+    wait_for,
+)
 from tests.cluster.metrics_standin import MetricsServerStandIn
 
 NODES = [("node-a", "zone-1"), ("node-b", "zone-1"), ("node-c", "zone-2")]
@@ -122,7 +131,7 @@ def apiservice_available(cp: ControlPlane, name: str) -> bool:
 def apiservice_detail(cp: ControlPlane, name: str) -> str:
     try:
         return str(cp.admin.json(f"/apis/apiregistration.k8s.io/v1/apiservices/{name}").get("status"))
-    except Exception as exc:  # noqa: BLE001 - diagnostics only
+    except Exception as exc:  # diagnostics only
         return repr(exc)
 
 

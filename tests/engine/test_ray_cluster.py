@@ -85,7 +85,7 @@ def test_train_once_fits_on_ray_and_publishes_what_local_publishes(ray_engine):
     f = src.load()
     now = pd.Timestamp(f[f.series_id.isin(SERIES)]["timestamp"].max()).timestamp() - 86400.0
     local, remote = MemoryForecastStore(), MemoryForecastStore()
-    out_local = train_once(config, src, local, now=now)
+    train_once(config, src, local, now=now)
     out_remote = train_once(config, src, remote, now=now, engine=ray_engine)
     assert ray_engine.last_stats.items == len(SERIES)  # every fit went to the cluster
     for sid in (f"ns/{s}" for s in SERIES):
@@ -131,7 +131,7 @@ def test_a_worker_killed_mid_run_is_retried_and_no_item_is_lost_or_counted_twice
     def run():
         try:
             got["results"] = ray_engine.map(_square, items, context=(str(tmp_path), victim), batch_size=2)
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+        except BaseException as exc:  # reported by the assertion below
             got["error"] = exc
 
     t = threading.Thread(target=run)

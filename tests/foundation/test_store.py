@@ -8,7 +8,6 @@ import time
 import pytest
 
 from forecaster.store import (
-    Forecast,
     MemoryForecastStore,
     RedisForecastStore,
     StoreError,

@@ -123,8 +123,8 @@ def test_the_adapter_rest_and_dashboard_show_the_would_have_line_beside_the_actu
     from fastapi.testclient import TestClient
 
     from adapter.app import create_app
-    from forecaster.kubeapi import KubeAPI
     from adapter.observemode import ObserveView
+    from forecaster.kubeapi import KubeAPI
 
     cp, store = running
     publish(store, "obs", 3.0)

@@ -38,8 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
+from kubernetes import client as k8s, config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from warmpool.backends.base import BackendError, ClaimConflict, CreateError
@@ -137,7 +136,7 @@ class KubernetesBackend:
             return aff
         try:
             aff = self.affinity_provider() or None
-        except Exception as exc:  # noqa: BLE001 - placement is a preference, creation goes on
+        except Exception as exc:  # placement is a preference, creation goes on
             log.warning("node placement preferences unavailable: %s", exc)
             aff = None
         self._affinity = (time.monotonic(), aff)
