@@ -78,3 +78,29 @@ class ServeProcess:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+
+
+class SteppedClock:
+    """The cache's clock (adapter/state.py judges TTL and max_stale on it), moved only by the test."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def wait_for(condition, what: str, seconds: float = 20.0, poll: float = 0.05):
+    """Poll ``condition`` until it is truthy (returns it) or fail after ``seconds`` naming ``what``:
+    a condition, not a duration, so a loaded machine only makes the test slower."""
+    deadline = time.monotonic() + seconds
+    while True:
+        got = condition()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {seconds} s for {what}")
+        time.sleep(poll)
