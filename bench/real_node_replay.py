@@ -98,7 +98,7 @@ def reactive_delay_s(doc: dict, rows: list[dict]) -> float | None:
 
 def trace_rows(start: datetime, minutes_after: float, train_days: float, live_minutes: float):
     """The trace from ``train_days`` before ``start`` to ``minutes_after`` past it, and the top the
-    node's driver scaled to ``PEAK_RPS`` (the live segment's own maximum, as ``rate_at`` takes it)."""
+    node's driver scaled to ``PEAK_RPS`` (the live segment's own maximum, as ``Plan.rps`` takes it)."""
     from foresight.loaddriver import bundled_traces, load_segment
 
     t0 = start - timedelta(days=train_days)
