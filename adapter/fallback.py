@@ -70,7 +70,7 @@ def observe_each(reader: DemandReader, series_ids: Iterable[str]) -> dict[str, O
             out[sid] = reader.observe(sid)
         except DemandUnavailable:
             raise
-        except Exception as exc:  # a bad query loses this workload, not the batch
+        except Exception as exc:  # noqa: BLE001 - a bad query loses this workload, not the batch
             log.warning("observed demand of %s could not be read: %s", sid, exc)
             out[sid] = None
     return out
@@ -285,7 +285,7 @@ class ObservedDirect:
             if self._on_error:
                 self._on_error(exc)
             return
-        except Exception as exc:  # the next batch tries again
+        except Exception as exc:  # noqa: BLE001 - the next batch tries again
             log.warning("observed demand could not be read (%d workloads): %s", len(ids), exc)
             return
         if self.last_error is not None:

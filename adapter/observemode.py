@@ -84,7 +84,7 @@ class ObserveView:
         while not self._stop.is_set():
             try:
                 self.refresh()
-            except Exception as exc:  # the dashboard keeps its last view
+            except Exception as exc:  # noqa: BLE001 - the dashboard keeps its last view
                 self.last_error = f"listing PredictiveAutoscalers: {exc.__class__.__name__}: {exc}"
             if self.last_error and self.last_error != said:
                 log.warning("observe view: %s", self.last_error)

@@ -210,7 +210,7 @@ class PodWatch:
         target = (str(meta.get("namespace", ns)), str(meta.get("kind", "Deployment")), str(meta.get("workload", name)))
         try:
             sel = self._selector(*target)
-        except Exception as exc:  # served with the published count meanwhile
+        except Exception as exc:  # noqa: BLE001 - served with the published count meanwhile
             log.warning("pod watch: the selector of %s: %s: %s", series_id, exc.__class__.__name__, exc)
             sel = None
         if sel is None:
@@ -283,7 +283,7 @@ class PodWatch:
                 if rv is None:
                     rv = self._list()
                 rv = self._watch(rv)
-            except Exception as exc:  # the adapter keeps serving with meta.ready_pods
+            except Exception as exc:  # noqa: BLE001 - the adapter keeps serving with meta.ready_pods
                 self.errors += 1
                 log.warning("pod watch: %s: %s (serving with the published ready_pods until it recovers)",
                             exc.__class__.__name__, exc)

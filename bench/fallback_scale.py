@@ -106,7 +106,7 @@ class LegacyObservedDirect:
             if self._on_error:
                 self._on_error(exc)
             return None
-        except Exception as exc:  # a bad query loses this workload, not the process
+        except Exception as exc:  # noqa: BLE001 - a bad query loses this workload, not the process
             log.warning("observed demand of %s could not be read: %s", series_id, exc)
             obs = None
         if self.last_error is not None:

@@ -91,7 +91,7 @@ class ReadyWatch:
                         self._event(json.loads(line), time.monotonic())
                         if self._stop.is_set():
                             return
-            except Exception:  # the watch reconnects; a missed pod times out below
+            except Exception:  # noqa: BLE001 - the watch reconnects; a missed pod times out below
                 time.sleep(0.2)
 
     def _event(self, ev: dict, now: float) -> None:

@@ -280,7 +280,7 @@ class Observer:
                                                "headrooms": pol.get("headrooms"), "gap_edges": pol.get("gap_edges"),
                                                "p50": list(fc.quantiles.get("p50", ()))[:12], "p90": list(fc.quantiles.get("p90", ()))[:12],
                                                "observed": fc.observed[-1][1] if fc.observed else None})
-            except Exception as exc:  # a missed poll is a gap in the timeline, reported by its size
+            except Exception as exc:  # noqa: BLE001 - a missed poll is a gap in the timeline, reported by its size
                 self.rows.append({"t": time.time(), "error": repr(exc)[:200]})
 
     def _poll(self) -> None:

@@ -176,7 +176,7 @@ class IdleSampler(threading.Thread):
             now = time.monotonic()
             try:
                 idle = sum(d["warm"] + d["creating"] for d in _pods_by_state(self.cp).values())
-            except Exception:  # one failed poll: the interval counts at the next
+            except Exception:  # noqa: BLE001 - one failed poll: the interval counts at the next
                 continue
             self.pod_minutes += idle * (now - last) / 60.0
             self.samples += 1

@@ -219,7 +219,7 @@ class CheckpointDir:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
                 raise
-        except Exception as exc:  # a checkpoint is an optimisation, never a failure
+        except Exception as exc:  # noqa: BLE001 - a checkpoint is an optimisation, never a failure
             log.warning("%s: checkpoint not written (%s: %s); it is refitted after a restart",
                         series_id, exc.__class__.__name__, exc)
             return False

@@ -129,7 +129,7 @@ def save_rings(history: HistoryCache, ckpt: CheckpointDir, queries: Mapping[str,
                 f.write(tag.digest())
                 size = f.tell()
         os.replace(tmp, path)
-    except Exception as exc:  # an optimisation for the next start, never a failure
+    except Exception as exc:  # noqa: BLE001 - an optimisation for the next start, never a failure
         log.warning("history windows not saved to %s (%s: %s); the next trainer pulls them in full",
                     path, exc.__class__.__name__, exc)
         if tmp is not None:

@@ -215,7 +215,7 @@ def _send(target: Target, record: RequestRecord, t0: float, t0_unix: float, time
         response = conn.getresponse()
         response.read()
         record.status = response.status
-    except Exception as exc:  # every failure is an outcome to record, not a crash
+    except Exception as exc:  # noqa: BLE001 (every failure is an outcome to record, not a crash)
         record.error = f"{type(exc).__name__}: {exc}"[:200]
     finally:
         record.latency_ms = (time.monotonic() - start) * 1000.0

@@ -150,7 +150,7 @@ class Board:
         try:
             forecasts = self.store.latest_many(self.series_ids)
             self._store_error = ""
-        except Exception as exc:  # the store is down: rows say "no data" until it is back
+        except Exception as exc:  # noqa: BLE001 - the store is down: rows say "no data" until it is back
             if str(exc) != self._store_error:
                 log.warning("reading forecasts for the table: %s: %s", exc.__class__.__name__, exc)
                 self._store_error = str(exc)

@@ -113,7 +113,7 @@ class Holders:
         for key, (_, at) in list(self._held.items()):
             try:
                 lease = self._lease_seconds(key[0])
-            except Exception:  # a pool gone from the policy: its claims are deleted
+            except Exception:  # noqa: BLE001 - a pool gone from the policy: its claims are deleted
                 lease = 0.0
             if now - at > lease:
                 del self._held[key]

@@ -198,7 +198,7 @@ class SnapshotCache:
                     forecasts = self.receipts.stamp_all(forecasts)
                     snap = score_snapshot(forecasts, workloads, self.settings, now, loaded_at=now, pause=pause)
                     self.reloads += 1
-                except Exception as exc:  # placement must keep answering
+                except Exception as exc:  # noqa: BLE001 - placement must keep answering
                     self.failures += 1
                     msg = f"{exc.__class__.__name__}: {exc}"
                     log.warning("scheduler snapshot: reading the store failed (%s); keeping the forecasts read before", msg)

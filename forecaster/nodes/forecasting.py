@@ -153,7 +153,7 @@ def _fit_model(y: np.ndarray, timestamps: np.ndarray | None, settings: NodeForec
         return mean, qs, str(getattr(fitted, "name", None) or settings.model), status, reason
     except ImportError:
         return None, None, "persistence", "ok", "forecaster.models.get_model is not available"
-    except Exception as exc:  # one bad fit must not stop the other nodes
+    except Exception as exc:  # noqa: BLE001 - one bad fit must not stop the other nodes
         return None, None, "persistence", "fallback", f"model {settings.model!r} failed: {exc.__class__.__name__}: {exc}"
 
 

@@ -28,7 +28,7 @@ def instant_or_empty(source: Any, query: str, now: float) -> list[tuple[dict[str
         return []
     try:
         return list(source.instant(query, now))
-    except Exception as exc:  # kube-state-metrics is optional
+    except Exception as exc:  # noqa: BLE001 - kube-state-metrics is optional
         log.warning("node inventory query %r failed (%s); joining without it", query, exc)
         return []
 

@@ -45,7 +45,7 @@ def train_nodes_once(
             allocatable, memtotal = fetch_memory_capacity(source, settings.memory_allocatable_query, end)
             capacities = memory_capacities(allocatable, memtotal, inventory)
             forecasts += build_memory_forecasts(mem_history, inventory, capacities, now, settings, report)
-        except Exception as exc:  # CPU forecasts still publish without memory
+        except Exception as exc:  # noqa: BLE001 - CPU forecasts still publish without memory
             report.memory_error = f"{exc.__class__.__name__}: {exc}"
             log.warning("node memory forecasts skipped this cycle: %s", report.memory_error)
         if not report.memory_nodes and not report.memory_error:
@@ -84,7 +84,7 @@ def run_nodes_schedule(
             log.info("node forecasts: %d nodes (%d with memory), %d zones, %d on fallback, %d unresolved instances%s",
                      len(report.nodes), len(report.memory_nodes), len(report.zones), len(report.fallbacks),
                      len(report.unresolved), f"; memory: {report.memory_error}" if report.memory_error else "")
-        except Exception as exc:  # a loop must survive a bad cycle
+        except Exception as exc:  # noqa: BLE001 - a loop must survive a bad cycle
             log.warning("node forecast cycle failed: %s: %s", exc.__class__.__name__, exc)
         cycles += 1
         if max_cycles is not None and cycles >= max_cycles:

@@ -192,7 +192,7 @@ class ControlPlane:
             try:
                 if ok():
                     return
-            except Exception:  # not up yet
+            except Exception:  # noqa: BLE001 - not up yet
                 pass
             time.sleep(0.25)
         raise RuntimeError(f"{what} not ready within {timeout:.0f} s:\n{proc.tail() if proc else ''}")
@@ -436,7 +436,7 @@ class KubeletStandIn:
         while not self._stop.is_set():
             try:
                 self.sync_once()
-            except Exception as exc:  # keep playing; tests read .errors
+            except Exception as exc:  # noqa: BLE001 - keep playing; tests read .errors
                 self.errors.append(repr(exc))
                 del self.errors[:-20]
             self._stop.wait(self.interval)
@@ -508,7 +508,7 @@ def wait_for(what: str, ok: Callable[[], Any], timeout: float = 120.0, interval:
             v = ok()
             if v:
                 return v
-        except Exception as exc:  # keep polling, report the last error
+        except Exception as exc:  # noqa: BLE001 - keep polling, report the last error
             last = exc
         time.sleep(interval)
     extra = detail() if detail else ""

@@ -80,7 +80,7 @@ class MetricsServerStandIn:
             def do_GET(self):  # http.server API
                 try:
                     code, body = standin.handle(self.path)
-                except Exception as exc:  # report, answer 500
+                except Exception as exc:  # noqa: BLE001 - report, answer 500
                     standin.errors.append(repr(exc))
                     code, body = 500, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500,
                                        "reason": "InternalError", "message": "stand-in error"}

@@ -131,7 +131,7 @@ def apiservice_available(cp: ControlPlane, name: str) -> bool:
 def apiservice_detail(cp: ControlPlane, name: str) -> str:
     try:
         return str(cp.admin.json(f"/apis/apiregistration.k8s.io/v1/apiservices/{name}").get("status"))
-    except Exception as exc:  # diagnostics only
+    except Exception as exc:  # noqa: BLE001 - diagnostics only
         return repr(exc)
 
 

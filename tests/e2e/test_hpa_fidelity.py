@@ -198,7 +198,7 @@ def test_the_real_hpa_controller_and_replay_hpa_scale_alike(control_plane, metri
         def inner(*a):
             try:
                 fn(*a)
-            except BaseException as exc:  # re-raised below
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
                 errors.append(exc)
         return inner
 

@@ -131,7 +131,7 @@ def test_a_worker_killed_mid_run_is_retried_and_no_item_is_lost_or_counted_twice
     def run():
         try:
             got["results"] = ray_engine.map(_square, items, context=(str(tmp_path), victim), batch_size=2)
-        except BaseException as exc:  # reported by the assertion below
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
             got["error"] = exc
 
     t = threading.Thread(target=run)

@@ -171,7 +171,7 @@ def test_claims_racing_with_expiry_never_get_a_container_that_is_being_deleted(c
                 got.append(ctl.claim("web", allow_cold=False).container_id)
             except NoWarmContainer:
                 pass
-            except Exception as exc:  # any other failure is the bug
+            except Exception as exc:  # noqa: BLE001 - any other failure is the bug
                 errors.append(exc)
 
     threads = [threading.Thread(target=claimer) for _ in range(8)]

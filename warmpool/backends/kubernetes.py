@@ -136,7 +136,7 @@ class KubernetesBackend:
             return aff
         try:
             aff = self.affinity_provider() or None
-        except Exception as exc:  # placement is a preference, creation goes on
+        except Exception as exc:  # noqa: BLE001 - placement is a preference, creation goes on
             log.warning("node placement preferences unavailable: %s", exc)
             aff = None
         self._affinity = (time.monotonic(), aff)
