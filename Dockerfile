@@ -12,18 +12,22 @@ ARG PIP_CA_MOUNT=
 ENV PATH=/opt/foresight/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /app
 COPY pyproject.toml README.md ./
+COPY requirements/app.txt ./requirements/app.txt
 COPY foresight ./foresight
 COPY forecaster ./forecaster
 COPY adapter ./adapter
 COPY warmpool ./warmpool
 COPY replay ./replay
 COPY kubeoperator ./kubeoperator
-# A venv: Debian's python refuses system-wide pip installs (PEP 668). Not editable, so the
-# image runs the installed package; the check fails the build if a part is missing.
+# A venv: Debian's python refuses system-wide pip installs (PEP 668). The dependencies at the
+# versions and hashes of the lock (requirements/app.txt: an image built tomorrow runs what was
+# tested today), then the project without resolving again. Not editable, so the image runs the
+# installed package; the check fails the build if a part is missing.
 RUN c="--no-cache-dir"; [ -z "$PIP_CACHE_MOUNT" ] || c="--cache-dir=$PIP_CACHE_MOUNT"; \
     [ -z "$PIP_CA_MOUNT" ] || export PIP_CERT="$PIP_CA_MOUNT"; \
     python3 -m venv /opt/foresight \
- && pip install --disable-pip-version-check $c . \
+ && pip install --disable-pip-version-check $c --require-hashes -r requirements/app.txt \
+ && pip install --disable-pip-version-check $c --no-deps . \
  && rm -rf /app/build \
  && foresight --help >/dev/null \
  && ! python3 -c "import torch" 2>/dev/null

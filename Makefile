@@ -62,10 +62,14 @@ debs:
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# Every dependency at the version and hash requirements/dev.txt names (the runtime, models, test
+# and ray extras; its header is the command that regenerates it), then the project itself.
+LOCK := requirements/dev.txt
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip >/dev/null 2>&1 || true
-	$(PIP) install -q $(if $(wildcard /opt/wheels),--find-links /opt/wheels) -e '.[models,test,ray]'
+	$(PIP) install -q $(if $(wildcard /opt/wheels),--find-links /opt/wheels) --require-hashes -r $(LOCK)
+	$(PIP) install -q --no-deps -e .
 	touch $@
 
 bench: deps

@@ -19,8 +19,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from adapter.authz import Authenticator, Authorizer
 from adapter import openapi
+from adapter.authz import Authenticator, Authorizer
 from adapter.core import AdapterCore
 from adapter.fallback import DemandReader, ObservedDirect
 from adapter.hotpath import HotPath

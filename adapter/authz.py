@@ -12,6 +12,7 @@ The reviews and their cache are shared with the warm pool (forecaster/accessrevi
 
 from __future__ import annotations
 
+from adapter.responses import GROUP, PREFIX, VERSION
 from forecaster.accessreview import (
     Attributes,
     Authenticator,
@@ -23,7 +24,6 @@ from forecaster.accessreview import (
     User,
     sar_spec,
 )
-from adapter.responses import GROUP, PREFIX, VERSION
 
 FORECASTS_RESOURCE = "forecasts"  # RBAC resource name for the REST view and the dashboard
 

@@ -6,15 +6,13 @@ from __future__ import annotations
 import json
 import math
 import time
-from concurrent.futures import Future
-from concurrent.futures import wait as futures_wait
+from concurrent.futures import Future, wait as futures_wait
 from dataclasses import replace
 from typing import Any, Callable
 from urllib.parse import parse_qsl, unquote_plus
 
 from adapter.declared import DeclaredMetrics
 from adapter.fallback import ObservedDirect
-from forecaster.served import NoData, ServedValue, served_cores, served_load_ratio
 from adapter.observemode import observe_row
 from adapter.quantity import format_quantity
 from adapter.responses import DNS_LABEL, GROUP, GROUP_VERSION, PREFIX, VERSION, dumps, rfc3339, status_body
@@ -24,6 +22,7 @@ from adapter.state import NAME_KEYS, ForecastCache
 from adapter.telemetry import AdapterMetrics, ForecastAgeCollector
 from forecaster.predicted import served_names
 from forecaster.receipt import ReceiptTimes
+from forecaster.served import NoData, ServedValue, served_cores, served_load_ratio
 from forecaster.store import Forecast, ForecastStore, StoreError, StoreUnavailable
 
 

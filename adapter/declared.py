@@ -16,8 +16,8 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from forecaster.served import NoData, ServedValue, served_demand, served_demand_ratio
 from forecaster.predicted import metric_series_id, served_metric, served_names
+from forecaster.served import NoData, ServedValue, served_demand, served_demand_ratio
 from forecaster.store import Forecast, StoreError, StoreUnavailable
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -173,7 +173,7 @@ class HotPath:
                 except StoreError:
                     log.exception("store error while answering %s", path)
                     code, body = 503, status_body(503, "the forecast store could not be read; try again shortly")
-                except Exception:  # noqa: BLE001 - the HPA gets a Status, never a bare 500
+                except Exception:  # the HPA gets a Status, never a bare 500
                     log.exception("unhandled error while answering %s", path)
                     code, body = 500, status_body(500, "internal error; see the adapter's log")
                 self.core.metrics.response(route, code)

@@ -311,7 +311,6 @@ def main(argv=None) -> int:
     store = RedisForecastStore(redis.url)
     (workdir / "token").write_text(TOKEN)
     rows: list[dict] = []
-    now = time.time()
     published = 0
     load_before = os.getloadavg()
     try:

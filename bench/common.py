@@ -95,7 +95,7 @@ def serverless_dir(quick: bool = False) -> Path:
 def stop_on_sigterm() -> None:
     """SIGTERM stops the script as Ctrl-C does (KeyboardInterrupt), so its ``finally`` blocks
     stop what it started (Redis, Prometheus, adapters, a node)."""
-    def interrupt(signum, frame):  # noqa: ARG001 - the signal handler's signature
+    def interrupt(signum, frame):  # the signal handler's signature
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)

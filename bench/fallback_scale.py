@@ -33,8 +33,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import Future, ThreadPoolExecutor, TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Callable
 
@@ -347,7 +346,7 @@ def main(argv=None) -> int:
         args.sizes, args.interval, args.intervals = "50,200", 3.0, 2
     out = results_dir(args)
     logging.basicConfig(level=logging.ERROR)
-    
+
     stop_on_sigterm()  # finally: stop Prometheus
     sizes = [int(s) for s in args.sizes.split(",")]
     results = []

@@ -149,9 +149,11 @@ class Plan:
     history: object  # the trace before the segment (loaddriver.Segment)
 
     def rps(self, offset_s: float) -> float:
-        from foresight.loaddriver import rate_at
+        """Requests per wall second at a trace offset: the interpolated value, scaled to the peak."""
+        import numpy as np
 
-        return rate_at(self.segment, offset_s, PEAK_RPS)
+        seg = self.segment
+        return float(np.interp(offset_s, seg.offsets_s, seg.values)) / max(seg.values) * PEAK_RPS
 
 
 def plan(start: str, minutes: float, seed: int = 0) -> Plan:

@@ -91,7 +91,7 @@ def _both(what: str, checks: dict, timeout: float) -> dict[str, float]:
     def one(name, ok):
         try:
             got[name] = _until(f"{what} ({name})", ok, timeout)
-        except BaseException as exc:  # re-raised in the caller
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
             errors.append(exc)
     threads = [threading.Thread(target=one, args=kv, daemon=True) for kv in checks.items()]
     for t in threads:

@@ -36,10 +36,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import RESULTS, save_json  # noqa: E402
-from bench.real_node_autoscale import CORES_PER_RPS, CPU_REQUEST, MAX_REPLICAS, PEAK_RPS, SERIES  # noqa: E402
-from bench.real_node_report import added_pod_starts  # noqa: E402
-from forecaster.timing import TIMING  # noqa: E402
+from bench.common import RESULTS, save_json
+from bench.real_node_autoscale import CORES_PER_RPS, CPU_REQUEST, MAX_REPLICAS, PEAK_RPS, SERIES
+from bench.real_node_report import added_pod_starts
+from forecaster.timing import TIMING
 
 MODES = {"predictive": ("predictive", None), "reactive": ("reactive", 30), "reactive-default": ("reactive", 300)}
 SLO_UTILIZATION = TIMING.slo_utilization  # the replay's
@@ -98,7 +98,7 @@ def reactive_delay_s(doc: dict, rows: list[dict]) -> float | None:
 
 def trace_rows(start: datetime, minutes_after: float, train_days: float, live_minutes: float):
     """The trace from ``train_days`` before ``start`` to ``minutes_after`` past it, and the top the
-    node's driver scaled to ``PEAK_RPS`` (the live segment's own maximum, as ``rate_at`` takes it)."""
+    node's driver scaled to ``PEAK_RPS`` (the live segment's own maximum, as ``Plan.rps`` takes it)."""
     from foresight.loaddriver import bundled_traces, load_segment
 
     t0 = start - timedelta(days=train_days)

@@ -52,7 +52,8 @@ def summarise(raw: dict) -> dict:
         raise_t = _first([r for r in rows if r["t"] >= live - 60], f"{n}_desired", lambda v: v > first_desired)
         added_t = _first([r for r in rows if r["t"] >= live - 60], f"{n}_ready", lambda v: v > first_ready)
         peak_t = _first([r for r in rows if r["t"] >= live - 60], f"{n}_ready", lambda v: v >= need)
-        rel = (lambda t: None if t is None else round(t - rise, 1))
+        def rel(t):
+            return None if t is None else round(t - rise, 1)
         copies[n] = {
             "requests": total["requests"], "ok": total["ok"], "p50_ms": total["p50_ms"], "p99_ms": total["p99_ms"],
             "over_slo": total["over_slo"], "over_slo_share": total["over_slo_share"],

@@ -39,12 +39,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import add_quick_args, results_dir  # noqa: E402
-
 # module level: FastAPI resolves the handler's (string) annotations in these globals
 from fastapi import Request  # noqa: E402
 from fastapi.responses import Response  # noqa: E402
 
+from bench.common import add_quick_args, results_dir  # noqa: E402
 
 # -- the server side (imported by uvicorn in the child process) ---------------------------------
 

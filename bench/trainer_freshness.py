@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import math
 import os
 import pickle
@@ -54,10 +53,10 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import freshness_rollout  # noqa: E402
-from bench.common import QUICK_CPU, add_quick_args, data_dir, results_dir, save_json  # noqa: E402
-from forecaster.config import parse_config  # noqa: E402
-from forecaster.schedule import ThreadFits, TrainScheduler, train_once, trainer_from_config  # noqa: E402
+from bench import freshness_rollout
+from bench.common import QUICK_CPU, add_quick_args, data_dir, results_dir, save_json
+from forecaster.config import parse_config
+from forecaster.schedule import ThreadFits, TrainScheduler, train_once, trainer_from_config
 
 STEP = 300.0
 STALE_SECONDS = 300.0  # adapter MetricSettings.max_forecast_age_seconds

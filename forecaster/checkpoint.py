@@ -246,7 +246,7 @@ class CheckpointDir:
             raise CheckpointError("authentication failed (corrupt, or not written with this key)")
         try:
             return _Unpickler(io.BytesIO(payload), shared or {}).load()
-        except Exception as exc:  # noqa: BLE001 - an authenticated pickle of a class that changed
+        except Exception as exc:  # an authenticated pickle of a class that changed
             raise CheckpointError(f"cannot be unpickled: {exc.__class__.__name__}: {exc}") from exc
 
     def load(self, series_id: str, shared: Mapping[str, Any] | None = None) -> Any | None:

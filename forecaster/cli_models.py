@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 from pathlib import Path
 
@@ -86,7 +85,6 @@ def _parse_models(text: str) -> list[str]:
 
 
 def run_backtest_cmd(args) -> int:
-    import pandas as pd
 
     from forecaster.evaluation import RESULT_COLUMNS, BacktestSettings, run_backtest
     from forecaster.selection import SelectionSettings
@@ -216,9 +214,9 @@ def _safe(name: str) -> str:
 
 def run_train_cmd(args) -> int:
     from forecaster.config import load_config
+    from forecaster.schedule import run_schedule, train_once, trainer_from_config
     from forecaster.sources.prometheus import open_source
     from forecaster.store import open_store
-    from forecaster.schedule import run_schedule, train_once, trainer_from_config
 
     config = load_config(args.config)
     key = None

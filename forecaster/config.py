@@ -64,9 +64,16 @@ import yaml
 from forecaster.configcheck import _Checker, _positive
 from forecaster.errors import ConfigError
 from forecaster.serving import ServingSettings
-from forecaster.workloads import (  # noqa: F401 - re-exported: the config's public names
-    DEFAULT_CPU_REQUEST_QUERY, DEFAULT_DEMAND_QUERY, DEFAULT_READY_PODS_QUERY, WORKLOAD_KINDS, CapacityConfig,
-    MetricSeries, WorkloadConfig, parse_serving, parse_workloads,
+from forecaster.workloads import (  # re-exported: the config's public names
+    DEFAULT_CPU_REQUEST_QUERY,
+    DEFAULT_DEMAND_QUERY,
+    DEFAULT_READY_PODS_QUERY,
+    WORKLOAD_KINDS,
+    CapacityConfig,
+    MetricSeries,
+    WorkloadConfig,
+    parse_serving,
+    parse_workloads,
 )
 
 __all__ = [

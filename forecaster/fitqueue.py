@@ -70,7 +70,7 @@ class _Queue:
         key, job = item
         try:
             job()
-        except Exception:  # noqa: BLE001 - one failed fit never stops the worker
+        except Exception:  # one failed fit never stops the worker
             log.exception("fit job %s failed", key)
         finally:
             self.finish(key)

@@ -52,7 +52,7 @@ def _access_fields(record: logging.LogRecord) -> dict[str, Any]:
 class JsonFormatter(logging.Formatter):
     """One JSON object per record (no newline inside: tracebacks are escaped in ``exc``)."""
 
-    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 - logging's name
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # logging's name
         t = time.gmtime(record.created)
         return time.strftime("%Y-%m-%dT%H:%M:%S", t) + f".{int(record.msecs):03d}Z"
 

@@ -161,14 +161,6 @@ def load_segment(path: str | Path, series_id: str | None, start: str | None, tra
                    tuple(v for _, v in window))
 
 
-def rate_at(segment: Segment, trace_offset_s: float, peak_rps: float) -> float:
-    """Requests per wall second at a trace offset: the interpolated value, scaled to the peak."""
-    import numpy as np
-
-    top = max(segment.values)
-    return float(np.interp(trace_offset_s, segment.offsets_s, segment.values)) / top * peak_rps
-
-
 def plan_arrivals(segment: Segment, peak_rps: float, speed: float, arrivals: str = "poisson",
                   seed: int = 0, max_requests: int = HARD_MAX_REQUESTS) -> list[float]:
     """Send offsets in wall seconds from the start: arrivals of the rate curve, the k-th where the

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import atexit
 import math
-import os
 import shutil
 import socket
 import subprocess
@@ -18,7 +17,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 
 def free_port() -> int:

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
 
@@ -117,14 +116,11 @@ def _run(args) -> int:
     import threading
 
     from forecaster.store import open_store
-    from warmpool.api import create_app
+    from warmpool.api import create_app, create_probe_app
     from warmpool.coldstart import ColdStartModel
     from warmpool.controller import Controller, ControllerSettings, PolicyWatcher
     from warmpool.policy import load_policy
-    from warmpool.wiring import HttpServer, build_backends, default_state_dir
-
-    from warmpool.api import create_probe_app
-    from warmpool.wiring import TLSFiles
+    from warmpool.wiring import HttpServer, TLSFiles, build_backends, default_state_dir
 
     if bool(args.tls_cert) != bool(args.tls_key):
         raise UserError("--tls-cert and --tls-key go together")

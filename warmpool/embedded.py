@@ -60,7 +60,7 @@ class EmbeddedPool:
                 try:
                     for c in self.backend.list(spec):
                         self.backend.delete(spec, c.id)
-                except Exception as exc:  # best effort at shutdown; logged
+                except Exception as exc:  # noqa: BLE001 - best effort at shutdown; logged
                     log.warning("warm pool %s: cleanup failed: %s", spec.name, exc)
             if self._state_dir is not None:  # a temporary state dir we made ourselves
                 import shutil

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import json
 
-from forecaster.nodes import NEUTRAL_SCORE, memory_score
-from forecaster.nodes.scoring import request_text
-
 from adapter.scheduler.protocol import ExtenderArgs, filter_result, filter_result_names
 from adapter.scheduler.snapshot import SCORE_TAIL, PlacementSnapshot, host_fragment
+from forecaster.nodes import NEUTRAL_SCORE, memory_score
+from forecaster.nodes.scoring import request_text
 
 
 def _memory_failures(snap: PlacementSnapshot, names: list[str], request_bytes: float) -> dict[str, str]:

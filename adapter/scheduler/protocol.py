@@ -49,12 +49,6 @@ class ExtenderArgs:
     def cache_capable(self) -> bool:
         return self.node_items is None
 
-    def pod_ref(self) -> str:
-        meta = _get(self.pod or {}, "metadata") or {}
-        if not isinstance(meta, dict):
-            return "?"
-        return f"{meta.get('namespace') or '?'}/{meta.get('name') or '?'}"
-
 
 def _get(obj: Mapping[str, Any], key: str) -> Any:
     """Go encoding/json field lookup: exact key first, else the first case-insensitive match."""

@@ -24,16 +24,6 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from forecaster.nodes import (
-    NEUTRAL_SCORE,
-    filter_reason,
-    memory_series_id,
-    node_series_id,
-    preferred_node_affinity,
-    score_for_pod,
-)
-from forecaster.store import ForecastStore
-
 from adapter.scheduler.answers import filter_answer, prioritize_answer
 from adapter.scheduler.podrequest import POD_SCHEMA, QUANTITY_PATTERN, parse_memory, pod_memory_request
 from adapter.scheduler.protocol import (
@@ -45,6 +35,15 @@ from adapter.scheduler.protocol import (
 )
 from adapter.scheduler.settings import SchedulerSettings
 from adapter.scheduler.snapshot import PlacementSnapshot, SnapshotCache
+from forecaster.nodes import (
+    NEUTRAL_SCORE,
+    filter_reason,
+    memory_series_id,
+    node_series_id,
+    preferred_node_affinity,
+    score_for_pod,
+)
+from forecaster.store import ForecastStore
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +129,7 @@ class SchedulerExtender:
         request = pod_memory_request(args.pod)  # a malformed quantity is the caller's 400
         try:
             return filter_answer(self.cache.get(), args, request)
-        except Exception:  # noqa: BLE001 - never block scheduling on our own failure
+        except Exception:  # never block scheduling on our own failure
             log.exception("scheduler filter failed; letting every node pass")
             return filter_result(args, list(args.node_names), {})
 
@@ -142,7 +141,7 @@ class SchedulerExtender:
         request = pod_memory_request(args.pod)
         try:
             return prioritize_answer(self.cache.get(), args.node_names, request)
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("scheduler prioritize failed; neutral scores")
             return prioritize_answer(None, args.node_names, 0.0)
 
@@ -167,7 +166,8 @@ class SchedulerExtender:
         for nl in snap.loads.values():
             basis[nl.basis] = basis.get(nl.basis, 0) + 1
         zones = [
-            {"zone": z, "load": round(v, 4), "score": zone_scores[z], "nodes": sum(1 for nl in snap.loads.values() if nl.zone == z)}
+            {"zone": z, "load": round(v, 4), "score": zone_scores[z],
+             "nodes": sum(1 for nl in snap.loads.values() if nl.zone == z)}
             for z, v in sorted(snap.zones.items(), key=lambda kv: (kv[1], kv[0]))
             if zone is None or z == zone
         ]
@@ -245,7 +245,8 @@ def register_scheduler_routes(app: FastAPI, store: ForecastStore, settings: Sche
         return await verb(request, ext.filter)
 
     @app.post(
-        "/scheduler/prioritize", tags=["scheduler"], openapi_extra=_openapi("kube-scheduler extender prioritize", _PRIORITY_SCHEMA)
+        "/scheduler/prioritize", tags=["scheduler"],
+        openapi_extra=_openapi("kube-scheduler extender prioritize", _PRIORITY_SCHEMA),
     )
     async def scheduler_prioritize(request: Request) -> Response:
         return await verb(request, ext.prioritize)
@@ -266,7 +267,8 @@ def register_scheduler_routes(app: FastAPI, store: ForecastStore, settings: Sche
     ) -> Response:
         if namespace is not None and (len(namespace) > 63 or not _DNS1123_LABEL.match(namespace)):
             return JSONResponse(
-                {"error": f"namespace: {namespace!r} is not a valid namespace name (lower-case DNS-1123 label, at most 63 characters)"},
+                {"error": f"namespace: {namespace!r} is not a valid namespace name "
+                          "(lower-case DNS-1123 label, at most 63 characters)"},
                 status_code=400,
             )
         try:

@@ -27,12 +27,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, NamedTuple
 
+from adapter.scheduler.settings import SchedulerSettings
 from forecaster.nodes import MAX_SCORE, NodeLoad, assess_nodes, is_node_series, memory_room_bytes, score_for_load
 from forecaster.nodes.scoring import cpu_message, memory_message_parts
 from forecaster.receipt import ReceiptTimes
 from forecaster.store import Forecast, ForecastStore
-
-from adapter.scheduler.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
 
@@ -167,11 +166,6 @@ def score_snapshot(
     )
 
 
-def build_snapshot(store: ForecastStore, settings: SchedulerSettings, now: float) -> PlacementSnapshot:
-    forecasts, workloads = read_store(store)
-    return score_snapshot(forecasts, workloads, settings, now, loaded_at=now)
-
-
 class SnapshotCache:
     """Holds the current snapshot; ``get()`` never blocks once one exists."""
 
@@ -208,17 +202,18 @@ class SnapshotCache:
                     self.failures += 1
                     msg = f"{exc.__class__.__name__}: {exc}"
                     log.warning("scheduler snapshot: reading the store failed (%s); keeping the forecasts read before", msg)
-                    forecasts = prev.forecasts if prev is not None else {}
-                    workloads = prev.workloads if prev is not None else ()
+                    kept: Mapping[str, Forecast] = prev.forecasts if prev is not None else {}
                     # retry the store after refresh_seconds, not after a full reload period
-                    snap = score_snapshot(forecasts, workloads, self.settings, now, loaded_at=now - self.settings.reload_seconds + self.settings.refresh_seconds, error=msg)
+                    retry_at = now - self.settings.reload_seconds + self.settings.refresh_seconds
+                    snap = score_snapshot(kept, prev.workloads if prev is not None else (), self.settings, now,
+                                          loaded_at=retry_at, error=msg)
             self._snap = snap
             return snap
 
     def _background(self) -> None:
         try:
             self.refresh(reload=None, pause=_yield_gil)
-        except Exception:  # noqa: BLE001 - a thread must not die loudly; the next get() retries
+        except Exception:  # a thread must not die loudly; the next get() retries
             log.exception("scheduler snapshot rebuild failed")
         finally:
             self._thread = None

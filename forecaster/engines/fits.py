@@ -35,7 +35,7 @@ class EngineFits(ThreadFits):
                     trainer = job.trainer
                     continue
                 job()
-            except Exception:  # noqa: BLE001 - one failed fit never stops the worker
+            except Exception:  # one failed fit never stops the worker
                 log.exception("fit job %s failed", key)
             self.finish(key)
         try:
@@ -45,7 +45,7 @@ class EngineFits(ThreadFits):
                         log.warning("%s", got)
                     else:
                         trainer.adopt(got)
-        except Exception:  # noqa: BLE001 - the keys are released: the next step queues them again
+        except Exception:  # the keys are released: the next step queues them again
             log.exception("fits on %s failed", getattr(self.engine, "name", "engine"))
         finally:
             for key in keys:

@@ -62,7 +62,7 @@ def _connect(address: str | None, num_cpus: int | None, worker_niceness: int | N
                 raise _unreachable(address, exc) from exc
             log.warning("Ray client connection to %s failed (%s); retrying", address, str(exc).splitlines()[0])
             ray.shutdown()
-        except Exception as exc:  # noqa: BLE001 - any other connection failure reads the same to a user
+        except Exception as exc:  # any other connection failure reads the same to a user
             raise _unreachable(address, exc) from exc
     return True
 

@@ -1,14 +1,13 @@
 """Autoregression on recent points plus the seasonal lag (default lags 1..12 and 288 = one day).
 
-Estimated with statsmodels ``AutoReg`` (OLS, imported only here); forecasting is a plain
-numpy recursion with the fitted coefficients, vectorised over origins, so a refresh or a
-rolling backtest never refits. ``transform="log"`` fits on log(y + c) (c = 10% of the mean
-level), which tames bursty CPU series; forecasts are transformed back (a median forecast).
+Estimated by conditional OLS, the estimator of statsmodels ``AutoReg`` (the tests check that the
+two agree); forecasting is a plain numpy recursion with the fitted coefficients, vectorised over
+origins, so a refresh or a rolling backtest never refits. ``transform="log"`` fits on
+log(y + c) (c = 10% of the mean level), which tames bursty CPU series; forecasts are transformed
+back (a median forecast).
 """
 
 from __future__ import annotations
-
-import warnings
 
 import numpy as np
 
@@ -36,15 +35,6 @@ def ols_autoreg(z: np.ndarray, lag_list: list[int]) -> np.ndarray:
     if not np.all(np.isfinite(params)):
         params = np.linalg.lstsq(X, target, rcond=None)[0]
     return params
-
-
-def autoreg_statsmodels(z: np.ndarray, lag_list: list[int]) -> np.ndarray:
-    """Reference fit with statsmodels (heavy import here only); used by the tests."""
-    from statsmodels.tsa.ar_model import AutoReg
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return np.asarray(AutoReg(z, lags=lag_list, trend="c").fit().params, dtype="float64")
 
 
 class AR(Model):

@@ -228,7 +228,7 @@ class Model:
         else:
             try:
                 mean = np.asarray(self._mean_from(y, h), dtype="float64").ravel()[:h]
-            except Exception:  # a model that breaks at forecast time forecasts the last value
+            except Exception:  # noqa: BLE001 - a model that breaks at forecast time forecasts the last value
                 mean = np.full(h, last)
             if len(mean) < h:
                 mean = np.concatenate([mean, np.full(h - len(mean), mean[-1] if len(mean) else last)])

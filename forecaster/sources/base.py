@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from forecaster.errors import UserError
-
 from typing import Protocol, runtime_checkable
 
 import pandas as pd
+
+from forecaster.errors import UserError
 
 
 class SourceError(UserError):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from forecaster.frames import COLUMNS, normalize
@@ -21,7 +20,7 @@ def read_long_csv(path: str | Path) -> pd.DataFrame:
         raise SourceError(f"{path}: no such file; give a CSV in the long format series_id,timestamp,value")
     try:
         df = pd.read_csv(path, dtype={"series_id": str})
-    except Exception as exc:  # noqa: BLE001 - pandas raises many types
+    except Exception as exc:  # pandas raises many types
         raise SourceError(f"{path}: cannot parse as CSV: {exc}") from exc
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:

@@ -19,7 +19,6 @@ EXT = "/apis/external.metrics.k8s.io/v1beta1"
 def sample_forecast(ns="shop", name="checkout", *, now=None, p90=(3.0, 4.0, 5.0), observed=2.0, ready_pods=4,
                     request=0.5, labels=None, kind="Deployment", age=0.0, status="ok", reason="", step=60.0):
     now = time.time() if now is None else now
-    n = len(p90)
     return make_forecast(
         f"{ns}/{name}",
         origin=now - age,
@@ -79,3 +78,29 @@ class ServeProcess:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+
+
+class SteppedClock:
+    """The cache's clock (adapter/state.py judges TTL and max_stale on it), moved only by the test."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def wait_for(condition, what: str, seconds: float = 20.0, poll: float = 0.05):
+    """Poll ``condition`` until it is truthy (returns it) or fail after ``seconds`` naming ``what``:
+    a condition, not a duration, so a loaded machine only makes the test slower."""
+    deadline = time.monotonic() + seconds
+    while True:
+        got = condition()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {seconds} s for {what}")
+        time.sleep(poll)

@@ -11,11 +11,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from adapter.app import create_app
-from forecaster.served import MetricSettings
 from adapter.quantity import format_quantity, parse_quantity
 from adapter.settings import AdapterSettings, CacheSettings
+from forecaster.served import MetricSettings
 from forecaster.store import MemoryForecastStore, RedisForecastStore
-from tests.adapter.helpers import EXT, sample_forecast
+from tests.adapter.helpers import EXT, SteppedClock, sample_forecast, wait_for
 
 NOW = 1_800_000_000.0
 
@@ -77,7 +77,9 @@ def test_the_selector_picks_workloads_by_configured_and_meta_labels():
     c_ = sample_forecast("shop", "db", now=NOW, labels={"tier": "data"}, kind="StatefulSet")
     settings = AdapterSettings(workload_labels={"shop/checkout": {"team": "pay"}})
     with client_for(a, b, c_, settings=settings) as c:
-        names = lambda sel: sorted(i["metricLabels"]["workload"] for i in c.get(value_url("predicted_cpu_cores", sel)).json()["items"])  # noqa: E731
+        def names(sel):
+            return sorted(i["metricLabels"]["workload"] for i in c.get(value_url("predicted_cpu_cores", sel)).json()["items"])
+
         assert names("tier=web") == ["cart", "checkout"]
         assert names("tier in (web,data),workload!=cart") == ["checkout", "db"]
         assert names("team=pay") == ["checkout"]
@@ -146,7 +148,8 @@ def test_bad_requests_get_the_right_status_object_never_a_500(path, code):
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
-@pytest.mark.parametrize("path", ["/apis", EXT, value_url("predicted_cpu_cores", "workload=checkout"), "/api/v1/forecasts", "/healthz"])
+@pytest.mark.parametrize(
+    "path", ["/apis", EXT, value_url("predicted_cpu_cores", "workload=checkout"), "/api/v1/forecasts", "/healthz"])
 def test_wrong_methods_are_405_status_objects(method, path):
     with client_for(sample_forecast(now=NOW)) as c:
         r = c.request(method, path)
@@ -195,7 +198,8 @@ def test_health_endpoints_and_prometheus_metrics():
         c.get(value_url("predicted_cpu_cores", "workload=checkout"))
         m = c.get("/metrics").text
     assert "foresight_adapter_request_duration_seconds_bucket" in m
-    assert 'foresight_adapter_served_value{metric="predicted_cpu_cores",namespace="shop",source="forecast",workload="checkout"}' in m
+    assert ('foresight_adapter_served_value{metric="predicted_cpu_cores",namespace="shop",source="forecast",'
+            'workload="checkout"}') in m
     assert 'foresight_adapter_forecast_age_seconds{stat="max"}' in m
     assert "foresight_adapter_stale_forecasts 0.0" in m
 
@@ -210,22 +214,24 @@ def test_readyz_stays_ready_when_every_forecast_is_stale_and_reports_it():
 
 
 def test_redis_down_without_a_demand_source_serves_the_cache_while_fresh_then_503(redis_server, redis_url):
-    t = [time.time()]
     store = RedisForecastStore(redis_url, socket_timeout=0.5)
-    store.publish(sample_forecast(now=t[0]))
+    store.publish(sample_forecast(now=time.time()))
     settings = AdapterSettings(cache=CacheSettings(ttl_seconds=0.1, max_stale_seconds=3.0))
     app = create_app(settings, store)
+    clock = app.state.core.cache.clock = SteppedClock()  # cache ages move only when the test says so
     url = value_url("predicted_cpu_cores", "workload=checkout")
     with TestClient(app, raise_server_exceptions=False) as c:
         assert c.get(url).status_code == 200
         redis_server.stop()
         try:
-            time.sleep(1.2)  # past the TTL and the response cache, inside max_stale
+            clock.advance(1.2)  # past the TTL, inside max_stale
             during = c.get(url)
             assert during.status_code == 200
             ready = c.get("/readyz")
-            assert ready.status_code == 200  # the background refresher notices the outage shortly
-            time.sleep(2.5)  # now past max_stale
+            assert ready.status_code == 200
+            # the background refresher tries the store for the entry read past its TTL and notices the outage
+            wait_for(lambda: not app.state.core.cache.store_reachable, "the refresher to notice the outage")
+            clock.advance(2.5)  # now past max_stale
             after = c.get(url)
             ready = c.get("/readyz")
             assert ready.status_code == 200 and ready.json()["store_reachable"] is False  # discovery works
@@ -237,10 +243,12 @@ def test_redis_down_without_a_demand_source_serves_the_cache_while_fresh_then_50
         finally:
             redis_server.start()
         store.publish(sample_forecast(now=time.time()))  # the restarted Redis is empty (no persistence)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and c.get(url).status_code != 200:
-            time.sleep(0.2)
-        assert c.get(url).status_code == 200
+
+        def served_again():
+            clock.advance(0.2)  # past the back-off after a failed read (min(1 s, the TTL))
+            return c.get(url).status_code == 200
+
+        wait_for(served_again, "a 200 once Redis is back")
         assert "foresight_adapter_store_errors_total" in c.get("/metrics").text
 
 
@@ -324,19 +332,32 @@ def test_a_client_asking_for_protobuf_first_gets_json():
     assert r.json()["kind"] == "ExternalMetricValueList"
 
 
+def _expire(redis_url, store, series_id):
+    """What Redis and the publisher's trim do to a series past its TTL, done now: its forecast key
+    is gone and its index member is older than any reader's cutoff (forecaster/store.py's layout)."""
+    import redis
+
+    r = redis.Redis.from_url(redis_url)
+    try:
+        r.delete(f"{store.prefix}fc:{series_id}")
+        r.zadd(f"{store.prefix}series", {series_id: 0})
+    finally:
+        r.close()
+
+
 def test_label_selectors_over_a_redis_store_and_expired_series_drop_out(redis_url):
-    store = RedisForecastStore(redis_url, ttl_seconds=2)
-    store.publish(sample_forecast("shop", "b", now=time.time(), labels={"tier": "web"}))  # published first, expires first
-    time.sleep(1.2)
+    store = RedisForecastStore(redis_url)
+    store.publish(sample_forecast("shop", "b", now=time.time(), labels={"tier": "web"}))
     store.publish(sample_forecast("shop", "a", now=time.time(), labels={"tier": "web"}))
     settings = AdapterSettings(cache=CacheSettings(ttl_seconds=0.2, index_refresh_seconds=0.2))
     with TestClient(create_app(settings, store)) as c:
-        names = lambda: sorted(i["metricLabels"]["workload"] for i in c.get(value_url("predicted_cpu_cores", "tier=web")).json().get("items", []))  # noqa: E731
+        def names():
+            items = c.get(value_url("predicted_cpu_cores", "tier=web")).json().get("items", [])
+            return sorted(i["metricLabels"]["workload"] for i in items)
+
         assert names() == ["a", "b"]
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and names() != ["a"]:
-            time.sleep(0.2)
-        assert names() == ["a"]
+        _expire(redis_url, store, "shop/b")
+        wait_for(lambda: names() == ["a"], "the expired series to drop out of the selector's answer")
         assert [i["workload"] for i in c.get("/api/v1/forecasts").json()["items"]] == ["a"]
 
 
@@ -355,7 +376,8 @@ def test_the_dashboard_shows_the_replicas_the_hpa_heads_for_on_the_served_value(
 
     fc = sample_forecast(now=NOW, p90=(3.0, 4.0, 6.0, 8.0, 8.0, 8.0), observed=2.0, ready_pods=4, request=0.5)
     with client_for(fc) as c:
-        ratio = float(parse_quantity(c.get(value_url("predicted_cpu_load_ratio", "deployment=checkout")).json()["items"][0]["value"]))
+        body = c.get(value_url("predicted_cpu_load_ratio", "deployment=checkout")).json()
+        ratio = float(parse_quantity(body["items"][0]["value"]))
         html = c.get("/").text
         assert _heads_for(html) == math.ceil(ratio * 4 / 0.7 - 1e-9)
         assert 'class="desired"' in html and "up to" in html  # the forecast ahead rises: the line does too

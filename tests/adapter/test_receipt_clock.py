@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from forecaster.served import MetricSettings, NoData, served_cores
 from adapter.settings import CacheSettings
 from adapter.state import ForecastCache
 from forecaster.receipt import ReceiptTimes
+from forecaster.served import MetricSettings, NoData, served_cores
 from forecaster.store import MemoryForecastStore
 from tests.adapter.helpers import sample_forecast
 

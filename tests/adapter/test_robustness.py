@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from adapter.app import create_app
 from adapter.settings import AdapterSettings, CacheSettings
 from forecaster.store import MemoryForecastStore, RedisForecastStore
-from tests.adapter.helpers import EXT, sample_forecast
+from tests.adapter.helpers import EXT, SteppedClock, sample_forecast, wait_for
 
 
 def test_a_corrupt_forecast_in_redis_only_loses_that_workload(redis_url):
@@ -98,6 +98,11 @@ class _CountingReads(MemoryForecastStore):
     def __init__(self):
         super().__init__()
         self.single_reads = 0
+        self.generation_checks = 0  # the refresher's revalidations (one per batch of aging entries)
+
+    def generations(self, series_ids):
+        self.generation_checks += 1
+        return super().generations(series_ids)
 
     def latest(self, series_id):
         self.single_reads += 1
@@ -111,18 +116,24 @@ def test_entries_nobody_asks_for_are_revalidated_so_a_late_request_never_reads_t
 
     store = _CountingReads()
     store.publish(sample_forecast("shop", "web", now=time.time(), p90=(3.0, 3.0, 3.0)))
-    cache = ForecastCache(store, CacheSettings(ttl_seconds=0.05, max_stale_seconds=0.6))
+    clock = SteppedClock()  # the cache's ages move only when the test moves them
+    cache = ForecastCache(store, CacheSettings(ttl_seconds=0.05, max_stale_seconds=0.6), clock=clock)
     cache.start()
     try:
         cache.ensure_index()
         first = cache.get("shop/web")
-        time.sleep(1.5)  # 2.5x the stale window without a request
+        # 1.5 s, 2.5x the stale window, without a request: half a window at a time, each time
+        # waiting for the refresher's generation check of the entry now due (read half a window ago)
+        for _ in range(5):
+            checks = store.generation_checks
+            clock.advance(0.3)
+            wait_for(lambda: store.generation_checks > checks, "the refresher to revalidate the aging entry")
         assert cache.get("shop/web") is first and store.single_reads == 0
         store.publish(sample_forecast("shop", "web", now=time.time(), p90=(9.0, 9.0, 9.0)))
-        deadline = time.time() + 5
-        while cache.get("shop/web").quantiles["p90"][0] != 9.0 and time.time() < deadline:
-            time.sleep(0.05)
-        assert cache.get("shop/web").quantiles["p90"][0] == 9.0 and store.single_reads == 0
+        checks = store.generation_checks
+        clock.advance(0.3)  # due again: this check finds the generation moved and re-reads in the background
+        wait_for(lambda: cache.get("shop/web").quantiles["p90"][0] == 9.0, "the refresher to pick up the new version")
+        assert store.generation_checks > checks and store.single_reads == 0
     finally:
         cache.stop()
 

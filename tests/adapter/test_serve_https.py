@@ -7,7 +7,6 @@ import json
 import math
 import ssl
 import time
-from pathlib import Path
 
 import httpx
 import pytest

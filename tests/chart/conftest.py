@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.controlplane import allow_cold_build, ROOT
+from tests.cluster.controlplane import ROOT, allow_cold_build
 from tests.operator.conftest import start_control_plane
 
 CHART = ROOT / "charts" / "foresight"

@@ -79,8 +79,8 @@ def point_kubernetes_service_at(cp: ControlPlane, ip: str, port: int) -> None:
                            "labels": {"kubernetes.io/service-name": "kubernetes",
                                       "endpointslice.kubernetes.io/managed-by": MANAGER}},
               "addressType": "IPv4", "endpoints": [{"addresses": [ip], "conditions": {"ready": True}}], "ports": ports}
-    for path, body in ((f"/api/v1/namespaces/default/endpoints/kubernetes", ep),
-                       (f"/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/kubernetes", slice_)):
+    for path, body in (("/api/v1/namespaces/default/endpoints/kubernetes", ep),
+                       ("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/kubernetes", slice_)):
         r = cp.admin.apply(path, body, MANAGER)
         if r.status_code not in (200, 201):
             raise RuntimeError(f"{path}: {r.status_code} {r.text}")

@@ -77,7 +77,7 @@ class MetricsServerStandIn:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def do_GET(self):  # noqa: N802 - http.server API
+            def do_GET(self):  # http.server API
                 try:
                     code, body = standin.handle(self.path)
                 except Exception as exc:  # noqa: BLE001 - report, answer 500

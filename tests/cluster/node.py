@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.cluster import nodenet
-from tests.cluster.controlplane import HERE, ControlPlane, Proc, free_port, run_build_script, wait_for, write_kubeconfig
+from tests.cluster.controlplane import HERE, ControlPlane, Proc, free_port, run_build_script, wait_for
 
 IMAGES_SCRIPT = HERE / "build_images.sh"
 GVISOR_SCRIPT = HERE / "build_gvisor.sh"

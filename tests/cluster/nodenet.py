@@ -12,17 +12,23 @@ to ``fsnode0``, so a packet for a Service with no endpoint dies on the node inst
 following the default route off it.
 
 :func:`teardown` is idempotent and also removes what a killed run left behind: the next
-start calls it first.
+start calls it first. It also unmounts what is still mounted under the benches' node
+directories (gVisor's ``nsfs`` ``null-netns`` outlived a node bench once), and
+:func:`leftovers` lists those mounts, so a run that leaves one fails its check.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import ipaddress
 import json
+import re
 import shlex
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 POD_CIDR = "198.18.0.0/16"
 SERVICE_CIDR = "198.19.0.0/16"
@@ -44,6 +50,10 @@ TABLES = ("filter", "nat", "mangle")
 # Chains of kube-proxy, the kubelet and the CNI plugins (only this node runs them here: the node
 # holds a machine-wide lock), removed on teardown.
 OWNED_PREFIXES = ("KUBE-", "CNI-", GUARD_CHAIN)
+# The node benches' work directories (bench/real_node*.py: tempfile.mkdtemp with this prefix);
+# a test's node lives in its tmp_path instead, which its caller passes as a root.
+BENCH_NODE_DIRS = "foresight-real-node-*"
+MOUNTINFO = Path("/proc/self/mountinfo")
 
 
 class NodeNetworkError(RuntimeError):
@@ -162,7 +172,8 @@ def netns_of_ranges() -> list[str]:
 
 
 def teardown(state_file: Path, extra_netns: list[str] = (), errors: list[str] | None = None) -> list[str]:
-    """Remove the node's network state from the host; returns what could not be removed."""
+    """Remove the node's network state and the mounts under the benches' node directories from the
+    host; returns what could not be removed."""
     errors = [] if errors is None else errors
     for ns in sorted({*extra_netns, *netns_of_ranges()}):
         r = run("ip", "netns", "delete", ns, check=False)
@@ -174,6 +185,7 @@ def teardown(state_file: Path, extra_netns: list[str] = (), errors: list[str] | 
             if r.returncode:
                 errors.append(f"ip link delete {link}: {r.stderr.strip()}")
     remove_owned_chains(errors)
+    unmount_node_mounts(errors)
     if state_file.exists():
         for name, value in json.loads(state_file.read_text()).items():
             try:
@@ -184,9 +196,59 @@ def teardown(state_file: Path, extra_netns: list[str] = (), errors: list[str] | 
     return errors
 
 
-def leftovers() -> list[str]:
-    """What of the node's network is on the host now (empty after a clean teardown)."""
+@dataclass(frozen=True)
+class Mount:
+    point: str
+    fstype: str
+    source: str
+
+
+def _unescape(path: str) -> str:
+    """mountinfo writes space, tab, newline and backslash in paths as octal escapes (\\040)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path)
+
+
+def parse_mountinfo(text: str) -> list[Mount]:
+    """The mounts of a /proc/<pid>/mountinfo text (proc(5)): ``ID PARENT MAJ:MIN ROOT POINT OPTIONS
+    [OPTIONAL FIELDS...] - FSTYPE SOURCE SUPER-OPTIONS``; the optional fields vary in number,
+    so the file system type is found after the ``-`` separator, not at a fixed column."""
+    mounts = []
+    for line in text.splitlines():
+        fields = line.split()
+        try:
+            sep = fields.index("-", 6)
+        except ValueError:
+            continue  # not a mount line
+        if len(fields) < sep + 3:
+            continue
+        mounts.append(Mount(_unescape(fields[4]), fields[sep + 1], _unescape(fields[sep + 2])))
+    return mounts
+
+
+def node_mounts(roots: Iterable[Path | str] = (), mountinfo: str | None = None) -> list[Mount]:
+    """Mounts below ``roots`` or below a bench's node directory in the temp dir, deepest first
+    (the order to unmount them in). ``mountinfo``: the text to read instead of this process's."""
+    text = MOUNTINFO.read_text() if mountinfo is None else mountinfo
+    prefixes = tuple(str(Path(r).resolve()) + "/" for r in roots)
+    bench = str(Path(tempfile.gettempdir()).resolve() / BENCH_NODE_DIRS) + "/*"
+    found = {m.point: m for m in parse_mountinfo(text)
+             if m.point.startswith(prefixes) or fnmatch.fnmatchcase(m.point, bench)}
+    return [found[p] for p in sorted(found, key=lambda p: (-p.count("/"), p))]
+
+
+def unmount_node_mounts(errors: list[str], roots: Iterable[Path | str] = ()) -> None:
+    """Lazily unmount every node mount (:func:`node_mounts`); what fails is added to ``errors``."""
+    for m in node_mounts(roots):
+        r = run("umount", "-l", m.point, check=False)
+        if r.returncode and "not mounted" not in r.stderr:
+            errors.append(f"umount {m.point} ({m.fstype}): {r.stderr.strip()}")
+
+
+def leftovers(roots: Iterable[Path | str] = ()) -> list[str]:
+    """What of the node is on the host now (empty after a clean teardown): its network, and
+    mounts under a bench's node directory or under ``roots`` (a test's node directory)."""
     left = [f"link {ln}" for ln in (BRIDGE, DUMMY) if Path(f"/sys/class/net/{ln}").exists()]
+    left += [f"mount {m.fstype} on {m.point}" for m in node_mounts(roots)]
     left += [f"netns {ns}" for ns in netns_of_ranges()]
     left += [f"iptables -t {t} chain {c}" for t in TABLES for c in _chains(t) if c.startswith(OWNED_PREFIXES)]
     routes = run("ip", "-j", "route", "show").stdout or "[]"

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     d = args.dir or Path(tempfile.mkdtemp(prefix="foresight-cluster-"))
     stop = {"now": False}
 
-    def on_signal(signum, frame):  # noqa: ARG001
+    def on_signal(signum, frame):
         stop["now"] = True
 
     signal.signal(signal.SIGTERM, on_signal)

@@ -8,7 +8,6 @@ import json
 import signal
 import socket
 import sys
-import threading
 
 from foresight.demoapp import burn_cpu
 from tests.demoapp.conftest import get, running_demo_app

@@ -10,8 +10,18 @@ import threading
 import pytest
 
 from foresight.cli import main
-from foresight.loaddriver import (RequestRecord, TargetRefused, address_allowed, bundled_traces, load_segment,
-                                  nearest_rank, plan_arrivals, resolve_target, run_load, summarise)
+from foresight.loaddriver import (
+    RequestRecord,
+    TargetRefused,
+    address_allowed,
+    bundled_traces,
+    load_segment,
+    nearest_rank,
+    plan_arrivals,
+    resolve_target,
+    run_load,
+    summarise,
+)
 from tests.demoapp.conftest import running_demo_app
 
 # azurev1-737498 sits near 13 % until 15:15 and near 58 % from 15:20: a real rise to a peak.

@@ -21,7 +21,16 @@ import httpx
 import pytest
 import yaml
 
-from tests.cluster.controlplane import allow_cold_build, ROOT, ControlPlane, KubeletStandIn, build_binaries, free_port, tls_context, wait_for
+from tests.cluster.controlplane import (
+    ROOT,
+    ControlPlane,
+    KubeletStandIn,
+    allow_cold_build,
+    build_binaries,
+    free_port,
+    tls_context,
+    wait_for,
+)
 from tests.cluster.metrics_standin import MetricsServerStandIn
 
 NODES = [("node-a", "zone-1"), ("node-b", "zone-1"), ("node-c", "zone-2")]

@@ -76,7 +76,6 @@ def test_the_aggregator_rejects_foresight_when_the_ca_bundle_is_wrong(control_pl
     request fails TLS verification. (The Available condition is not re-evaluated at once, so
     the proxied answer is what is checked.)"""
     from adapter.tls import write_ca
-
     from tests.e2e.conftest import apiservice_available, wire_apiservice
 
     cp = control_plane

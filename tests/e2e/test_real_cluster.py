@@ -33,7 +33,7 @@ def _docs():
 
 @pytest.fixture(scope="module")
 def api_client(request):
-    from kubernetes import client, config
+    from kubernetes import config
 
     kubeconfig = os.environ.get("FORESIGHT_E2E_KUBECONFIG")
     if not kubeconfig:

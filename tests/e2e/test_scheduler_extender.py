@@ -83,7 +83,7 @@ class RecordingProxy:
             def log_message(self, *a):
                 pass
 
-            def do_POST(self):  # noqa: N802 - http.server API
+            def do_POST(self):  # http.server API
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 proxy.paths.append(self.path)
                 with httpx.Client(verify=tls_context(proxy.ca), timeout=10) as c:

@@ -14,7 +14,7 @@ from warmpool.backends.kubernetes import LEASE_ANN, STATE_LABEL
 pytestmark = [pytest.mark.e2e]
 
 
-def test_a_claims_lease_is_a_pod_annotation_that_a_restarted_controller_honours(control_plane, warmpool_kubeconfig):
+def test_a_claims_lease_is_a_pod_annotation_that_a_restarted_controller_honours(control_plane, warmpool_kubeconfig):  # noqa: F811 - the imported fixture
     clock = Clock()
     ctl, _, _ = controller(warmpool_kubeconfig, clock, "lease1", lease_seconds=30)
     ctl.step()

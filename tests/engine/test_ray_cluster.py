@@ -85,7 +85,7 @@ def test_train_once_fits_on_ray_and_publishes_what_local_publishes(ray_engine):
     f = src.load()
     now = pd.Timestamp(f[f.series_id.isin(SERIES)]["timestamp"].max()).timestamp() - 86400.0
     local, remote = MemoryForecastStore(), MemoryForecastStore()
-    out_local = train_once(config, src, local, now=now)
+    train_once(config, src, local, now=now)
     out_remote = train_once(config, src, remote, now=now, engine=ray_engine)
     assert ray_engine.last_stats.items == len(SERIES)  # every fit went to the cluster
     for sid in (f"ns/{s}" for s in SERIES):

@@ -253,8 +253,8 @@ def test_a_checkpoint_does_not_grow_with_the_history_window(tmp_path):
 
 
 def test_the_global_lstm_is_checkpointed_once_and_its_series_share_the_restored_network(tmp_path, monkeypatch, caplog):
-    from tests.forecaster_models.conftest import FAST_PARAMS
     from forecaster.models.lstm import GlobalLSTM
+    from tests.forecaster_models.conftest import FAST_PARAMS
 
     monkeypatch.setattr(GlobalLSTM, "DEFAULTS", {**GlobalLSTM.DEFAULTS, **FAST_PARAMS["lstm"]})
     data = {f"ns/{k}": series(phase=float(k)) for k in range(3)}

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from foresight.cli import main
 from forecaster.models import ModelError, get_model
 from forecaster.models.lstm import GlobalLSTM
+from foresight.cli import main
 from tests.forecaster_models.conftest import FAST_PARAMS
 
 DATA = "tests/data/cpu_slice.csv.gz"

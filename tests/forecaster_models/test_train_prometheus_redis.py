@@ -9,8 +9,8 @@ import time
 import numpy as np
 import yaml
 
-from foresight.cli import main
 from forecaster.store import RedisForecastStore
+from foresight.cli import main
 
 
 def _config(tmp_path, prom_url, redis_url, extra_workload=None):

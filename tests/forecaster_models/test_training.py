@@ -147,8 +147,8 @@ def test_unknown_model_in_trainer_is_a_clear_error():
 
 def test_a_trainer_that_would_publish_fewer_samples_than_the_peak_gap_reads_is_refused():
     from forecaster.models import ModelError
-    from forecaster.servingscore import OBSERVED_POINTS, PEAK_SAMPLES
     from forecaster.servingpolicy import MAX_HOLD
+    from forecaster.servingscore import OBSERVED_POINTS, PEAK_SAMPLES
 
     assert PEAK_SAMPLES == MAX_HOLD == OBSERVED_POINTS  # the chooser and the adapter read the same samples
     with pytest.raises(ModelError, match=f"observed_points must be >= {OBSERVED_POINTS}"):

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import pytest
 
 SERIES = ["azure2019-cluster-cpu-cores", "azurev1-737498", "nab-ec2_cpu_utilization_825cc2"]

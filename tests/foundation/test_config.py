@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 
 from forecaster.config import DEFAULT_DEMAND_QUERY, load_config, parse_config
-from forecaster.workloads import pod_regex
 from forecaster.errors import ConfigError
+from forecaster.workloads import pod_regex
 
 GOOD = """
 apiVersion: foresight/v1alpha1

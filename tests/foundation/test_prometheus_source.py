@@ -110,7 +110,7 @@ class _Flaky(http.server.BaseHTTPRequestHandler):
 
     calls: list = []
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         n = int(self.headers.get("Content-Length", 0))
         body = self.rfile.read(n).decode()
         _Flaky.calls.append((body, self.headers.get("Authorization")))

@@ -8,7 +8,6 @@ import time
 import pytest
 
 from forecaster.store import (
-    Forecast,
     MemoryForecastStore,
     RedisForecastStore,
     StoreError,
@@ -85,6 +84,7 @@ def test_concurrent_publish_and_read_never_yields_a_torn_forecast(redis_url):
     stop = threading.Event()
     errors: list[str] = []
     reads = [0]
+    writes = [0, 0]  # per writer
 
     def writer(base):
         i = 0
@@ -93,6 +93,7 @@ def test_concurrent_publish_and_read_never_yields_a_torn_forecast(redis_url):
             mean = [lvl] * 288
             s.publish(make_forecast("hot/series", origin=0, step_seconds=60, mean=mean,
                                     quantiles={"p90": mean}, model=f"m{lvl}", meta={"level": lvl}))
+            writes[base] += 1
             i += 2
 
     def reader():
@@ -110,11 +111,15 @@ def test_concurrent_publish_and_read_never_yields_a_torn_forecast(redis_url):
     threads += [threading.Thread(target=reader) for _ in range(3)]
     for t in threads:
         t.start()
-    time.sleep(2.0)
+    # Run until enough reads overlapped enough writes of both writers (not for a fixed time: a
+    # loaded machine then only takes longer), with a bound for a store that stopped answering.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not errors and (reads[0] < 300 or min(writes) < 100):
+        time.sleep(0.05)
     stop.set()
     for t in threads:
         t.join()
-    assert reads[0] > 50
+    assert reads[0] >= 300 and min(writes) >= 100, f"in 60 s only {reads[0]} reads and {writes} writes"
     assert errors == []
     # generations are strictly increasing and unique across both writers
     assert s.latest("hot/series").generation >= 2

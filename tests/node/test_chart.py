@@ -370,7 +370,9 @@ def test_with_redis_stopped_the_metric_degrades_to_observed_demand_never_a_503(n
 
     scale(0)
     try:
-        gone = lambda: not [p for p in chart.release_pods(cp) if p["metadata"]["labels"]["app.kubernetes.io/component"] == "store"]
+        def gone():
+            return not [p for p in chart.release_pods(cp) if p["metadata"]["labels"]["app.kubernetes.io/component"] == "store"]
+
         res = _poll_metric(cp, gone, seconds_after=30, limit=120)
         _log(f"Redis stopped: gone after {res['recovered_seconds']} s, then 30 s of answers: {res['codes']}")
         _record("Redis stopped for 30 s", **res)

@@ -8,9 +8,9 @@ import pytest
 
 from forecaster.config import parse_config
 from forecaster.errors import ConfigError
-from forecaster.serving import ServingSettings
 from forecaster.predicted import metric_of_series, served_metric
 from forecaster.schedule import train_once
+from forecaster.serving import ServingSettings
 from forecaster.sources.csv import CsvSource
 from forecaster.store import MemoryForecastStore
 

@@ -274,10 +274,10 @@ def test_the_warm_pool_gets_the_same_preferences_from_the_store_as_the_placement
 
 
 def test_the_node_schedule_publishes_each_tick_and_survives_a_failing_cycle():
+    import pandas as pd
+
     from forecaster.nodes import run_nodes_schedule
     from forecaster.sources.base import SourceUnavailable
-
-    import pandas as pd
 
     class Source:
         calls = 0

@@ -19,7 +19,6 @@ samples on the hour, 5-minute averages and 1-hour averages all differ, so each
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys

@@ -16,10 +16,10 @@ def test_up_once_publishes_a_forecast_per_bundled_trace():
     r = subprocess.run([sys.executable, "-m", "foresight", "up", "--once", "--models", "persistence,ar"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    lines = [l for l in r.stdout.splitlines() if l.strip().startswith("demo/")]
+    lines = [line for line in r.stdout.splitlines() if line.strip().startswith("demo/")]
     assert len(lines) == 4
-    for l in lines:
-        assert "nan" not in l.lower()
+    for line in lines:
+        assert "nan" not in line.lower()
 
 
 def test_demo_workloads_scale_each_trace_so_its_p99_needs_the_requested_pods():

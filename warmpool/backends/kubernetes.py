@@ -38,8 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
+from kubernetes import client as k8s, config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from warmpool.backends.base import BackendError, ClaimConflict, CreateError
