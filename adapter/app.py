@@ -14,6 +14,7 @@ import logging
 import time
 from contextlib import asynccontextmanager
 from functools import partial
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -97,7 +98,7 @@ def create_app(
     if observed is not None:
         observed._on_error = lambda exc: core.metrics.observed_direct_errors.inc()
 
-    watch = None
+    watch: Any = None
     if pod_watch is not None:
         from adapter.readypods import PodWatch, workloads_of
 

@@ -16,8 +16,8 @@ DEFAULT_STORE = "redis://127.0.0.1:6379/0"  # without --store and without a conf
 
 def build_settings(opts: dict[str, Any]):
     """(AdapterSettings, store URL) from options."""
-    from forecaster.served import MetricSettings
     from adapter.settings import AdapterSettings, AuthSettings, CacheSettings
+    from forecaster.served import MetricSettings
 
     labels: dict[str, dict[str, str]] = {}
     capacity: dict[str, dict[str, float]] = {}

@@ -124,7 +124,7 @@ class SharedPodWatch:
     def start(self) -> "SharedPodWatch":
         self._started_at = time.monotonic()
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._lock_file = open(self.dir / "leader.lock", "a+")  # noqa: SIM115 - held for the process's life
+        self._lock_file = open(self.dir / "leader.lock", "a+")  # held for the process's life
         self._step()
         self._thread = threading.Thread(target=self._run, name="foresight-pod-watch-share", daemon=True)
         self._thread.start()

@@ -42,7 +42,6 @@ for _p in (_HERE.parent, _HERE):  # the project's packages, and the generator's 
 from gen_reference_md import HEADER, ROOT, code, scrub, table  # noqa: E402  (beside this file: docs/)
 from gen_reference_ops import page_metrics, page_reasons  # noqa: E402
 
-
 # ---------------------------------------------------------------------------------------------- CLI
 
 def _subcommands(parser: argparse.ArgumentParser):

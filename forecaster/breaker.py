@@ -80,10 +80,10 @@ class CircuitBreaker:
             if self._state == CLOSED:
                 return True
             now = self.clock()
-            if self._state == OPEN and now - self._opened_at >= self.cooldown_seconds:
+            if self._state == OPEN and now - (self._opened_at or 0.0) >= self.cooldown_seconds:
                 self._state, self._probe_at = HALF_OPEN, now
                 return True
-            if self._state == HALF_OPEN and now - self._probe_at >= self.cooldown_seconds:
+            if self._state == HALF_OPEN and now - (self._probe_at or 0.0) >= self.cooldown_seconds:
                 self._probe_at = now  # the probe never reported (its caller died): hand out another
                 return True
             self.fast_failures += 1
@@ -94,7 +94,7 @@ class CircuitBreaker:
             self._failures = 0
             if self._state == CLOSED:
                 return
-            down = self.clock() - self._outage_since
+            down = self.clock() - (self._outage_since if self._outage_since is not None else self.clock())
             self.log.warning("%s reachable again after %.0f s; %d calls failed fast meanwhile",
                              self.name, down, self.fast_failures)
             self._state, self._opened_at, self._outage_since, self._probe_at = CLOSED, None, None, None

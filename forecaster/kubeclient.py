@@ -88,8 +88,7 @@ class KubeClient:
     # --- construction -----------------------------------------------------------------
     @classmethod
     def in_cluster(cls, **kw: Any) -> "KubeClient":
-        from kubernetes import client as k8s
-        from kubernetes import config
+        from kubernetes import client as k8s, config
 
         cfg = k8s.Configuration()
         try:
@@ -103,8 +102,7 @@ class KubeClient:
     def from_kubeconfig(cls, path: str, *, context: str | None = None, **kw: Any) -> "KubeClient":
         """The kubeconfig's current context (or ``context``), through the library's loader:
         exec plugins and auth providers run as kubectl runs them. The file is never written back."""
-        from kubernetes import client as k8s
-        from kubernetes import config
+        from kubernetes import client as k8s, config
 
         if not Path(path).is_file():
             raise UserError(f"kubeconfig {path}: no such file; pass the path of a readable kubeconfig")

@@ -41,7 +41,7 @@ def parse(query: str) -> pp.Expr:
         raise NotConfined("must not be empty")
     try:
         return pp.parse(query)
-    except BaseException as exc:  # noqa: BLE001 - pyo3 panics derive from BaseException
+    except BaseException as exc:  # pyo3 panics derive from BaseException
         if isinstance(exc, _NOT_OURS):
             raise
         raise NotConfined(f"is not PromQL the operator can parse ({exc}); write it as Prometheus 2.45 accepts it "
@@ -107,8 +107,11 @@ def _selector_text(node: pp.VectorSelector, matchers: list[pp.Matcher]) -> str:
 
 def _at_seconds(at: pp.AtModifier) -> float:
     try:
-        return at.at.timestamp()
-    except BaseException as exc:  # noqa: BLE001 - the binding panics on a time before 1970
+        when = at.at
+        if when is None:
+            raise ValueError("the @ modifier names no time")
+        return when.timestamp()
+    except BaseException as exc:  # the binding panics on a time before 1970
         if isinstance(exc, _NOT_OURS):
             raise
         raise NotConfined("uses @ with a time before 1970; give a Unix time after 1970, or start() or end()") from None
@@ -156,7 +159,7 @@ def _confine(query: str, namespace: str) -> str:
 
     try:
         out = pp.transform(expr, post_visit=visit)
-    except BaseException as exc:  # noqa: BLE001 - the binding's own failure: refuse, never pass through
+    except BaseException as exc:  # the binding's own failure: refuse, never pass through
         if isinstance(exc, _NOT_OURS):
             raise
         raise NotConfined(f"could not be confined ({type(exc).__name__}: {exc}); please report it with the query") from None

@@ -102,7 +102,7 @@ class Operator:
                 phase(now, rep)
             except KubeError as exc:
                 rep.errors.append(str(exc))
-            except Exception as exc:  # noqa: BLE001 - a bug must not stop the other phase or the loop
+            except Exception as exc:  # a bug must not stop the other phase or the loop
                 log.exception("%s pass failed", what)
                 rep.crashed += 1
                 rep.errors.append(f"{what}: unexpected {type(exc).__name__}: {exc}")
@@ -119,7 +119,7 @@ class Operator:
                 good.append((obj, parse(obj)))
             except SpecError as exc:
                 bad.append((obj, exc))
-            except Exception as exc:  # noqa: BLE001 - a parser bug costs this object only
+            except Exception as exc:  # a parser bug costs this object only
                 log.exception("parsing %s", _key(obj))
                 rep.crashed += 1
                 rep.errors.append(f"{_key(obj)}: unexpected {type(exc).__name__} while parsing: {exc}")
@@ -196,7 +196,7 @@ class Operator:
                 rep.autoscalers += 1
             except KubeError as exc:
                 rep.errors.append(f"{pa.namespace}/{pa.name}: {exc}")
-            except Exception as exc:  # noqa: BLE001 - one object's bug never stops the others
+            except Exception as exc:  # one object's bug never stops the others
                 log.exception("reconciling PredictiveAutoscaler %s/%s", pa.namespace, pa.name)
                 rep.crashed += 1
                 rep.errors.append(f"{pa.namespace}/{pa.name}: unexpected {type(exc).__name__}: {exc}")
@@ -234,13 +234,14 @@ class Operator:
                 st = warmpool_status(obj, views.get(wp.pool_name), counts.get(wp.pool_name), problems, ctl_error, now)
                 self.api.patch_status("WarmPool", wp.namespace, wp.name, st)
                 rep.warmpools += 1
-                events = invalid_event(prev_conditions(obj), "InvalidPool", "; ".join(problems), wp.generation) if problems else []
+                events = (invalid_event(prev_conditions(obj), "InvalidPool", "; ".join(problems), wp.generation)
+                          if problems else [])
                 for ev in events:
                     self.api.emit_event({**obj, "kind": "WarmPool"}, ev, now)
                 rep.events += len(events)
             except KubeError as exc:
                 rep.errors.append(f"{wp.namespace}/{wp.name}: {exc}")
-            except Exception as exc:  # noqa: BLE001 - one object's bug never stops the others
+            except Exception as exc:  # one object's bug never stops the others
                 log.exception("WarmPool %s/%s", wp.namespace, wp.name)
                 rep.crashed += 1
                 rep.errors.append(f"{wp.namespace}/{wp.name}: unexpected {type(exc).__name__}: {exc}")
@@ -272,7 +273,7 @@ class Operator:
                 rep = self.step()
                 log.info("pass: %d autoscalers, %d warm pools, %d refused, %d events, %d errors, %d crashed",
                          rep.autoscalers, rep.warmpools, rep.refused, rep.events, len(rep.errors), rep.crashed)
-            except Exception:  # noqa: BLE001 - step() catches per object; this is the last line
+            except Exception:  # step() catches per object; this is the last line
                 log.exception("operator pass failed; the next one runs after the resync interval")
             self._wake.wait(self.settings.resync_seconds)
             stop.wait(0.2)  # a burst of watch events is one pass

@@ -53,7 +53,7 @@ class KubeDouble:
             def log_message(self, *a):  # quiet
                 pass
 
-            def do_GET(self):  # noqa: N802
+            def do_GET(self):
                 double.bearer_seen.append(self.headers.get("Authorization"))
                 url = urlsplit(self.path)
                 q = {k: v[-1] for k, v in parse_qs(url.query).items()}
@@ -63,7 +63,7 @@ class KubeDouble:
                 code, body = double.pods.answer(url.path, q)
                 _send_json(self, code, body)
 
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 double.bearer_seen.append(self.headers.get("Authorization"))
                 if self.path == "/apis/authentication.k8s.io/v1/tokenreviews":

@@ -11,9 +11,9 @@ import pytest
 
 from adapter.app import create_app
 from adapter.authz import SubjectAccessReviewAuthorizer, TokenReviewAuthenticator, request_attributes
-from forecaster.kubeclient import KubeClient
 from adapter.server import serve_in_thread
 from adapter.tls import ensure_serving_cert
+from forecaster.kubeclient import KubeClient
 from forecaster.store import MemoryForecastStore
 from tests.adapter.helpers import EXT, sample_forecast
 from tests.adapter.kube_double import HPA, KubeDouble, Policy

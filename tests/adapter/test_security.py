@@ -12,10 +12,10 @@ import pytest
 
 from adapter.app import create_app, create_scheduler_app
 from adapter.authz import SubjectAccessReviewAuthorizer
-from forecaster.kubeclient import KubeClient
 from adapter.server import serve_in_thread
 from adapter.settings import AdapterSettings, AuthSettings
 from adapter.tls import write_ca, write_signed
+from forecaster.kubeclient import KubeClient
 from forecaster.store import MemoryForecastStore
 from tests.adapter.helpers import EXT, sample_forecast
 from tests.adapter.kube_double import KubeDouble, Policy

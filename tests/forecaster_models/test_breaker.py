@@ -104,7 +104,7 @@ class _StalledPrometheus:
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - the stdlib's name
+            def do_POST(self):  # the stdlib's name
                 outer.accepted += 1
                 if not outer.answering:
                     outer.released.wait()  # never answer while stalled
@@ -186,7 +186,7 @@ def test_forty_pulls_over_four_threads_cost_a_few_timeouts_against_a_stalled_pro
 
 def test_a_bad_query_never_opens_the_fleet_wide_breaker():
     class Rejecting(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
+        def do_POST(self):
             body = json.dumps({"status": "error", "errorType": "bad_data", "error": "parse error"}).encode()
             self.send_response(400)
             self.send_header("Content-Length", str(len(body)))

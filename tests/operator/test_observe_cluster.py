@@ -123,8 +123,8 @@ def test_the_adapter_rest_and_dashboard_show_the_would_have_line_beside_the_actu
     from fastapi.testclient import TestClient
 
     from adapter.app import create_app
-    from forecaster.kubeclient import KubeClient
     from adapter.observemode import ObserveView
+    from forecaster.kubeclient import KubeClient
 
     cp, store = running
     publish(store, "obs", 3.0)
@@ -154,7 +154,8 @@ def test_the_adapter_rest_and_dashboard_show_the_would_have_line_beside_the_actu
 
     assert observe_row(view, "shop/obs", lambda: None) is None
     view.stop()
-    app = create_app(store=store, pod_watch=(KubeClient.from_kubeconfig(str(cp.service_account_kubeconfig("shop", "no-pas"))), {}))
+    client = KubeClient.from_kubeconfig(str(cp.service_account_kubeconfig("shop", "no-pas")))
+    app = create_app(store=store, pod_watch=(client, {}))
     with TestClient(app) as client:
         body = wait_for("the refusal in /readyz", lambda: (b := client.get("/readyz").json()).get("observe_view_error") and b,
                         timeout=30)

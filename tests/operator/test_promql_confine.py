@@ -9,8 +9,7 @@ import json
 
 import promql_parser as pp
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from kubeoperator.promql import NotConfined, confine, parse, selector_groups
 

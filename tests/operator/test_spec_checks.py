@@ -11,8 +11,7 @@ import re
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from kubeoperator.checks import INVALID_SPEC, QUERY_NOT_CONFINED, SpecError
 from kubeoperator.reconcile import reconcile_autoscaler

@@ -112,7 +112,10 @@ def test_metrics_and_coldstart_show_a_caller_only_the_pools_it_may_read(tmp_path
             nobody = c.get(f"{url}/metrics", headers=_bearer("nobody-token")).text
             assert "shop-web" not in nobody and "bank-web" not in nobody and "# TYPE foresight_warmpool_warm" in nobody
 
-            rcs = lambda tok: {e["runtime_class"] for e in c.get(f"{url}/api/v1/coldstart", headers=_bearer(tok)).json()["runtime_classes"]}  # noqa: E731
+            def rcs(tok):
+                got = c.get(f"{url}/api/v1/coldstart", headers=_bearer(tok)).json()["runtime_classes"]
+                return {e["runtime_class"] for e in got}
+
             assert rcs("shop-token") == {"crun"} and rcs("bank-token") == {"kata"} and rcs("nobody-token") == set()
             assert c.get(f"{url}/api/v1/coldstart").status_code == 401
             # and the claim itself: shop-dev may claim in shop, not in bank

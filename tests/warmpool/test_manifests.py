@@ -57,7 +57,7 @@ def test_runtime_classes_for_crun_and_kata_exist_with_their_handlers():
 
 
 def test_the_controller_may_create_patch_and_delete_pods_and_reads_its_policy_configmap():
-    [role] = [d for _, d in DOCS if d["kind"] == "ClusterRole"]
+    [role] = [d for _, d in DOCS if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "foresight-warmpool"]
     pods = next(r for r in role["rules"] if "pods" in r["resources"])
     assert {"list", "create", "patch", "delete"} <= set(pods["verbs"])
     [cm] = [d for _, d in DOCS if d["kind"] == "ConfigMap"]
@@ -81,8 +81,13 @@ def test_the_claim_api_is_authenticated_by_a_mounted_token_secret_and_token_revi
     [(name, path)] = [(n, p) for n, p in mounts.items() if tf.startswith(p + "/")]
     assert vols[name]["secret"]["secretName"] == "foresight-warmpool-tokens"
     assert tf == path + "/" + vols[name]["secret"]["items"][0]["path"]
-    [role] = [d for _, d in DOCS if d["kind"] == "ClusterRole"]
+    [role] = [d for _, d in DOCS if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "foresight-warmpool"]
     assert any("tokenreviews" in r["resources"] and "create" in r["verbs"] for r in role["rules"])
+
+
+def test_metrics_readers_get_their_own_clusterrole_to_see_every_pool():
+    [role] = [d for _, d in DOCS if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "foresight-warmpool-metrics"]
+    assert role["rules"] and all("create" not in r["verbs"] and "delete" not in r["verbs"] for r in role["rules"])
 
 
 def test_warm_pods_are_owned_by_the_controllers_own_deployment():
@@ -91,6 +96,6 @@ def test_warm_pods_are_owned_by_the_controllers_own_deployment():
     assert f"--owner-name={dep['metadata']['name']}" in c["args"] and "--owner-kind=Deployment" in c["args"]
     env = {e["name"]: e for e in c["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
-    [role] = [d for _, d in DOCS if d["kind"] == "ClusterRole"]
+    [role] = [d for _, d in DOCS if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "foresight-warmpool"]
     assert any("deployments" in r["resources"] and r.get("resourceNames") == [dep["metadata"]["name"]] and "get" in r["verbs"]
                for r in role["rules"])
