@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from bench.replay_plots import plot_equal_cost, plot_frontier  # noqa: E402
+from bench.replay_plots import plot_equal_cost, plot_frontier, plot_populations  # noqa: E402
 from forecaster.timing import TIMING  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -54,8 +54,7 @@ MAIN_VARIANTS = {
     "ours": ("predictive", {}, {}),
 }
 COST_VARIANTS = {  # serving.slo_minutes_per_day, the policy's SLO, and its cost_ceiling
-    "ours slo 2": ("predictive", {}, {"slo_minutes_per_day": 2.0}),
-    "ours slo 5": ("predictive", {}, {"slo_minutes_per_day": 5.0}),
+    "ours slo 1.5": ("predictive", {}, {"slo_minutes_per_day": 1.5}),
 }
 MARGIN_VARIANTS = {  # serving.model_margin: the share of persistence's avoidable cost the model must save
     "ours margin 0.3": ("predictive", {}, {"model_margin": 0.3}),
@@ -459,6 +458,7 @@ def main(argv=None) -> int:
     plot_frontier(tot, results / f"replay_frontier{tag}.png", "ours", args.part if args.part != "all" else "replayed")
     if "ours" in per:
         plot_equal_cost(per["ours"]["rows"], results / f"replay_equal_cost{tag}.png", "ours")
+        plot_populations(df, results / f"replay_populations{tag}.png", "ours")
     examples = plot_examples(df, per, series, variants, args.startup, tag, results) if "ours" in per and not args.quick else []
     errs = df[df.variant == "ours"][["mae_h1", "mae_persistence_h1", "skill_h1"]] if "ours" in set(df.variant) else pd.DataFrame()
     out = {

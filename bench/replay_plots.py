@@ -65,3 +65,32 @@ def plot_equal_cost(rows: list[dict], path: Path, name: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_populations(df: pd.DataFrame, path: Path, variant: str = "ours") -> None:
+    """One point per series: its cost against the oracle's (x) and its SLO-violation minutes
+    against reactive 0.7's (y, +1 minute so a series with none still shows), by population."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    piv = df.pivot_table(index="series_id", columns="variant", values=["replica_minutes", "slo_violation_minutes"])
+    pop = df.groupby("series_id").population.first()
+    x = piv["replica_minutes"][variant] / piv["replica_minutes"]["oracle"]
+    y = (piv["slo_violation_minutes"][variant] + 1) / (piv["slo_violation_minutes"]["reactive t0.70"] + 1)
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for name, color in (("daily", "tab:green"), ("bursty", "tab:purple")):
+        m = pop.reindex(x.index) == name
+        ax.scatter(x[m], y[m], s=22, color=color, alpha=0.8, label=f"{name} ({int(m.sum())} series)")
+    ax.axvline(1.10, color="grey", lw=0.8, ls="--")
+    ax.axhline(0.10, color="grey", lw=0.8, ls="--")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"{variant}: replica-minutes / the oracle's")
+    ax.set_ylabel("(SLO-violation minutes + 1) / reactive 0.7's (+1), log")
+    ax.set_title("Per series, by population: cost against the oracle, SLO against a reactive HPA")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
