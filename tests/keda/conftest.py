@@ -72,19 +72,19 @@ def scaler(core, certs, clock):
     handle.stop()
 
 
-def channel(handle, certs: Certs, pair: tuple[Path, Path] | None) -> grpc.Channel:
+def channel(port: int, certs: Certs, pair: tuple[Path, Path] | None) -> grpc.Channel:
     creds = grpc.ssl_channel_credentials(
         root_certificates=Path(certs.server_ca).read_bytes(),
         private_key=Path(pair[1]).read_bytes() if pair else None,
         certificate_chain=Path(pair[0]).read_bytes() if pair else None,
     )
-    return grpc.secure_channel(f"127.0.0.1:{handle.port}", creds)
+    return grpc.secure_channel(f"127.0.0.1:{port}", creds)
 
 
 @pytest.fixture
 def keda(scaler, certs):
     """A client holding the certificate the chart issues to KEDA."""
-    ch = channel(scaler, certs, (certs.keda_crt, certs.keda_key))
+    ch = channel(scaler.port, certs, (certs.keda_crt, certs.keda_key))
     yield pb_grpc.ExternalScalerStub(ch)
     ch.close()
 

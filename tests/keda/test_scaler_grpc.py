@@ -68,7 +68,7 @@ def test_an_unknown_metric_is_refused_with_the_served_ones(keda):
 def test_a_caller_without_a_certificate_the_client_ca_signed_is_refused(scaler, certs, store, who):
     store.publish(sample_forecast())
     pair = None if who == "no certificate" else (certs.other_crt, certs.other_key)
-    ch = channel(scaler, certs, pair)
+    ch = channel(scaler.port, certs, pair)
     try:
         with pytest.raises(grpc.RpcError) as exc:
             pb_grpc.ExternalScalerStub(ch).GetMetricSpec(ref(), timeout=5)
@@ -80,7 +80,7 @@ def test_a_caller_without_a_certificate_the_client_ca_signed_is_refused(scaler, 
 def test_a_certificate_outside_the_allowed_names_is_denied(core, certs):
     handle = start_keda_server(core, "127.0.0.1", 0, certs.server_crt, certs.server_key, certs.client_ca,
                                allowed_names=["keda-operator-other"])
-    ch = channel(handle, certs, (certs.keda_crt, certs.keda_key))
+    ch = channel(handle.port, certs, (certs.keda_crt, certs.keda_key))
     try:
         with pytest.raises(grpc.RpcError) as exc:
             pb_grpc.ExternalScalerStub(ch).GetMetricSpec(ref(), timeout=5)
