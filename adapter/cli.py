@@ -71,6 +71,9 @@ def register(subparsers) -> None:
                    "external metrics APIService (docs/keda.md)")
     p.add_argument("--keda-client-ca", help="with --keda-port: require a client certificate signed by this CA (the "
                    "TriggerAuthentication's tlsClientCert); needed beyond loopback unless --insecure")
+    p.add_argument("--keda-cert", help="with --keda-port: the scaler's own serving certificate (PEM; with --keda-key), "
+                   "for the name KEDA dials (the scaler's Service); default: the HTTPS pair")
+    p.add_argument("--keda-key", help="its private key (PEM)")
     p.add_argument("--keda-allowed-names", default="", help="with --keda-client-ca: comma-separated common names "
                    "of the client certificates allowed to call (empty: any the CA signed)")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
@@ -169,8 +172,14 @@ def keda_problems(args: argparse.Namespace) -> list[str]:
         problems.append(f"--keda-port {args.keda_port} on --host {args.host}: without --keda-client-ca anyone who "
                         "reaches the port reads every workload's served value; give --keda-client-ca CA (the CA of "
                         "KEDA's tlsClientCert), listen on loopback only, or pass --insecure")
-    if args.keda_client_ca and not Path(args.keda_client_ca).is_file():
-        problems.append(f"--keda-client-ca {args.keda_client_ca}: no such file")
+    if bool(args.keda_cert) != bool(args.keda_key):
+        problems.append("--keda-cert and --keda-key go together: give both, or neither to use the HTTPS pair")
+    if args.keda_cert and not args.keda_port:
+        problems.append("--keda-cert and --keda-key need --keda-port")
+    for flag, path in (("--keda-client-ca", args.keda_client_ca), ("--keda-cert", args.keda_cert),
+                       ("--keda-key", args.keda_key)):
+        if path and not Path(path).is_file():
+            problems.append(f"{flag} {path}: no such file")
     return problems
 
 
@@ -184,6 +193,8 @@ def start_keda_port(app: Any, opts: dict[str, Any], host: str, certfile: str | N
 
         app = build_app(opts)
         app.state.core.cache.start()
+    if opts.get("keda_cert"):
+        certfile, keyfile = opts["keda_cert"], opts["keda_key"]
     return start_keda_server(app.state.core, host, int(opts["keda_port"]), certfile, keyfile, opts.get("keda_client_ca"),
                              allowed_names=opts.get("keda_allowed_names") or ())
 
@@ -241,6 +252,8 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "scheduler_client_ca": args.scheduler_client_ca,
         "keda_port": args.keda_port,
         "keda_client_ca": args.keda_client_ca,
+        "keda_cert": args.keda_cert,
+        "keda_key": args.keda_key,
         "keda_allowed_names": [n.strip() for n in args.keda_allowed_names.split(",") if n.strip()],
         "observed_direct": not args.no_observed_direct,
         "observed_direct_ttl_seconds": args.observed_direct_ttl,
@@ -305,7 +318,7 @@ def run(args: argparse.Namespace) -> int:
     if args.keda_port:
         keda = start_keda_port(app, opts, args.host, certfile, keyfile)
         print(f"  KEDA external scaler: {args.host}:{keda.port} (gRPC, "
-              f"{'client certificate required' if args.keda_client_ca else 'TLS' if certfile else 'plaintext'})",
+              f"{'client certificate required' if args.keda_client_ca else 'TLS' if certfile or args.keda_cert else 'plaintext'})",
               flush=True)
     try:
         if args.workers == 1:

@@ -27,6 +27,7 @@ def args_of(*argv: str):
     (("--host", "127.0.0.1", "--keda-client-ca", "ca.crt"), "--keda-client-ca and --keda-allowed-names need --keda-port"),
     (("--host", "127.0.0.1", "--keda-port", "9443", "--keda-allowed-names", "keda"),
      "--keda-allowed-names needs --keda-client-ca"),
+    (("--host", "127.0.0.1", "--keda-port", "9443", "--keda-cert", "ca.crt"), "--keda-cert and --keda-key go together"),
 ])
 def test_serve_refuses_keda_flags_that_would_open_or_break_the_scaler(tmp_path, capsys, monkeypatch, argv, says):
     monkeypatch.chdir(tmp_path)
@@ -40,7 +41,9 @@ def test_a_real_serve_process_answers_keda_with_its_certificate_and_refuses_othe
     fc = sample_forecast("shop", "checkout", p90=(3.0, 4.0, 5.0), observed=2.0)
     open_store(redis_url).publish(fc)
     port, keda_port = free_port(), free_port()
-    proc = ServeProcess(["--store", redis_url, "--cert", str(certs.server_crt), "--key", str(certs.server_key),
+    # HTTPS on a self-signed pair; the scaler on its own (what the chart does: one name per Service)
+    proc = ServeProcess(["--store", redis_url, "--cert-dir", str(tmp_path / "https"),
+                         "--keda-cert", str(certs.server_crt), "--keda-key", str(certs.server_key),
                          "--keda-port", str(keda_port), "--keda-client-ca", str(certs.client_ca),
                          "--keda-allowed-names", "keda-operator"], port, tmp_path / "serve.log")
     try:
