@@ -201,10 +201,10 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         if self.streams >= self.max_streams:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"the KEDA scaler already serves {self.max_streams} streams; try again later")
-        await self._run(context, self.scaler.parse, request)  # a bad trigger is refused before streaming
-        self.streams += 1
+        self.streams += 1  # counted before the first await: two streams cannot both take the last place
         last: bool | None = None
         try:
+            await self._run(context, self.scaler.parse, request)  # a bad trigger is refused before streaming
             while not self.stopping.is_set():
                 try:
                     act = await asyncio.get_running_loop().run_in_executor(self.executor, self._active, request)

@@ -127,3 +127,21 @@ def test_stream_refuses_a_bad_trigger_at_once(keda):
     with pytest.raises(grpc.RpcError) as exc:
         next(iter(keda.StreamIsActive(ref(targetValue="0"), timeout=10)))
     assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "targetValue" in exc.value.details()
+
+
+def test_streams_beyond_the_bound_are_refused_not_queued(core, certs, store):
+    store.publish(sample_forecast())
+    handle = start_keda_server(core, "127.0.0.1", 0, certs.server_crt, certs.server_key, certs.client_ca,
+                               stream_poll_seconds=0.05, max_streams=1)
+    ch = channel(handle.port, certs, (certs.keda_crt, certs.keda_key))
+    try:
+        stub = pb_grpc.ExternalScalerStub(ch)
+        first = stub.StreamIsActive(ref(), timeout=30)
+        assert next(iter(first)).result is True
+        with pytest.raises(grpc.RpcError) as exc:
+            next(iter(stub.StreamIsActive(ref(name="second"), timeout=10)))
+        assert exc.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        first.cancel()
+    finally:
+        ch.close()
+        handle.stop()
