@@ -37,7 +37,8 @@ def test_serve_refuses_keda_flags_that_would_open_or_break_the_scaler(tmp_path, 
     assert says in capsys.readouterr().err
 
 
-def test_a_real_serve_process_answers_keda_with_its_certificate_and_refuses_others(tmp_path, certs, redis_url):
+@pytest.mark.parametrize("workers", ["1", "2"])  # 2: the scaler reads a core of its own beside the workers
+def test_a_real_serve_process_answers_keda_with_its_certificate_and_refuses_others(tmp_path, certs, redis_url, workers):
     fc = sample_forecast("shop", "checkout", p90=(3.0, 4.0, 5.0), observed=2.0)
     open_store(redis_url).publish(fc)
     port, keda_port = free_port(), free_port()
@@ -45,7 +46,7 @@ def test_a_real_serve_process_answers_keda_with_its_certificate_and_refuses_othe
     proc = ServeProcess(["--store", redis_url, "--cert-dir", str(tmp_path / "https"),
                          "--keda-cert", str(certs.server_crt), "--keda-key", str(certs.server_key),
                          "--keda-port", str(keda_port), "--keda-client-ca", str(certs.client_ca),
-                         "--keda-allowed-names", "keda-operator"], port, tmp_path / "serve.log")
+                         "--keda-allowed-names", "keda-operator", "--workers", workers], port, tmp_path / "serve.log")
     try:
         proc.wait_ready()
         ch = channel(keda_port, certs, (certs.keda_crt, certs.keda_key))
