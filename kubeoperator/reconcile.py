@@ -216,9 +216,10 @@ def reconcile_autoscaler(
         # once per generation: the condition keeps saying it, an Event tells whoever applied it
         events.insert(0, Event("Warning", "InvalidSpec", "; ".join(problems)[:1024]))
     if prev.get("mode") and prev.get("mode") != pa.mode:
+        what = "ScaledObject" if pa.scaler == "KEDA" else "HPA"
         events.append(Event("Normal", "ModeChanged", f"mode {prev['mode']} -> {pa.mode}" + (
-            ": the HPA is deleted, the workload's own scaling is left alone" if pa.mode == "Observe"
-            else ": the HPA is created from the same forecasts (no retrain)")))
+            f": the {what} is deleted, the workload's own scaling is left alone" if pa.mode == "Observe"
+            else f": the {what} is created from the same forecasts (no retrain)")))
     if prev.get("scaler") and prev.get("scaler") != pa.scaler:
         events.append(Event("Normal", "ScalerChanged", f"scaler {prev['scaler']} -> {pa.scaler}" + (
             ": a KEDA ScaledObject replaces the HPA" if pa.scaler == "KEDA" else ": an HPA replaces the ScaledObject")))

@@ -150,3 +150,10 @@ def test_the_runner_applies_the_scaled_object_and_removes_its_own_hpa():
     Operator(api, MemoryForecastStore(), OperatorSettings(warmpool_configmap=None, keda=KEDA), clock=lambda: NOW).step()
     assert ("apply", "HorizontalPodAutoscaler", "checkout") in api.calls
     assert ("delete", "ScaledObject", "checkout") in api.calls
+
+
+def test_the_mode_change_event_names_the_scaled_object_with_keda():
+    obj = keda_pa(mode="Observe")
+    obj["status"] = {"scaler": "KEDA", "scaledObjectName": "checkout", "mode": "Act"}
+    act = reconcile_autoscaler(obj, {}, NOW, keda=KEDA)
+    assert any(e.reason == "ModeChanged" and "the ScaledObject is deleted" in e.message for e in act.events)
