@@ -68,6 +68,17 @@ def register(subparsers) -> None:
                    "sends no credentials, so its paths never share the port that serves workload data")
     p.add_argument("--scheduler-client-ca", help="with --scheduler-port: require a client certificate signed by this "
                    "CA (the scheduler's tlsConfig certFile/keyFile); needed beyond loopback unless --insecure")
+    p.add_argument("--keda-port", type=int, default=0,
+                   help="serve KEDA's external scaler (gRPC, externalscaler.ExternalScaler) on this port (0: off), "
+                   "with the serving certificate; the same served value, for clusters where KEDA owns the "
+                   "external metrics APIService (docs/keda.md)")
+    p.add_argument("--keda-client-ca", help="with --keda-port: require a client certificate signed by this CA (the "
+                   "TriggerAuthentication's tlsClientCert); needed beyond loopback unless --insecure")
+    p.add_argument("--keda-cert", help="with --keda-port: the scaler's own serving certificate (PEM; with --keda-key), "
+                   "for the name KEDA dials (the scaler's Service); default: the HTTPS pair")
+    p.add_argument("--keda-key", help="its private key (PEM)")
+    p.add_argument("--keda-allowed-names", default="", help="with --keda-client-ca: comma-separated common names "
+                   "of the client certificates allowed to call (empty: any the CA signed)")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
     p.add_argument("--lead-seconds", type=float, default=TIMING.lead_seconds,
                    help=f"lead window: pod start-up + one HPA sync ({TIMING.lead_seconds:g})")
@@ -146,6 +157,51 @@ def anonymous_scheduler_port(args: argparse.Namespace) -> str | None:
             "scheduler's extender tlsConfig certFile/keyFile), listen on loopback only, or pass --insecure")
 
 
+def keda_problems(args: argparse.Namespace) -> list[str]:
+    """What is wrong with the --keda-* flags (empty: nothing). The scaler answers with workload
+    data, so beyond loopback its only credential, a client certificate, is required."""
+    problems = []
+    if not (args.keda_port == 0 or 0 < args.keda_port < 65536) or (
+            args.keda_port and args.keda_port in (args.port, args.scheduler_port)):
+        problems.append(f"--keda-port {args.keda_port}: must be 1-65535 and differ from --port and --scheduler-port "
+                        "(0: off)")
+    if (args.keda_client_ca or args.keda_allowed_names) and not args.keda_port:
+        problems.append("--keda-client-ca and --keda-allowed-names need --keda-port")
+    if args.keda_client_ca and args.plain_http:
+        problems.append("--keda-client-ca needs TLS (a client certificate is a TLS handshake): drop --plain-http")
+    if args.keda_allowed_names and not args.keda_client_ca:
+        problems.append("--keda-allowed-names needs --keda-client-ca (names are read from verified certificates)")
+    if args.keda_port and not args.keda_client_ca and not args.insecure and not is_loopback(args.host):
+        problems.append(f"--keda-port {args.keda_port} on --host {args.host}: without --keda-client-ca anyone who "
+                        "reaches the port reads every workload's served value; give --keda-client-ca CA (the CA of "
+                        "KEDA's tlsClientCert), listen on loopback only, or pass --insecure")
+    if bool(args.keda_cert) != bool(args.keda_key):
+        problems.append("--keda-cert and --keda-key go together: give both, or neither to use the HTTPS pair")
+    if args.keda_cert and not args.keda_port:
+        problems.append("--keda-cert and --keda-key need --keda-port")
+    for flag, path in (("--keda-client-ca", args.keda_client_ca), ("--keda-cert", args.keda_cert),
+                       ("--keda-key", args.keda_key)):
+        if path and not Path(path).is_file():
+            problems.append(f"{flag} {path}: no such file")
+    return problems
+
+
+def start_keda_port(app: Any, opts: dict[str, Any], host: str, certfile: str | None, keyfile: str | None):
+    """KEDA's external scaler in a thread of this process, reading ``app``'s core (its cache and
+    observed-demand reader), or a core of its own when workers serve the HTTPS port."""
+    from adapter.keda.server import start_keda_server
+
+    if app is None:
+        from adapter.factory import build_app
+
+        app = build_app(opts)
+        app.state.core.cache.start()
+    if opts.get("keda_cert"):
+        certfile, keyfile = opts["keda_cert"], opts["keda_key"]
+    return start_keda_server(app.state.core, host, int(opts["keda_port"]), certfile, keyfile, opts.get("keda_client_ca"),
+                             allowed_names=opts.get("keda_allowed_names") or ())
+
+
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """Validated, JSON-able options (sent to worker processes through the environment)."""
     problems = []
@@ -160,6 +216,7 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     refused = anonymous_scheduler_port(args)
     if refused:
         problems.append(refused)
+    problems += keda_problems(args)
     if not args.review_cache_seconds >= 0:
         problems.append(f"--review-cache-seconds {args.review_cache_seconds}: must be >= 0")
     if not args.observed_direct_ttl > 0:
@@ -196,6 +253,11 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "review_cache_seconds": args.review_cache_seconds,
         "scheduler_port": args.scheduler_port,
         "scheduler_client_ca": args.scheduler_client_ca,
+        "keda_port": args.keda_port,
+        "keda_client_ca": args.keda_client_ca,
+        "keda_cert": args.keda_cert,
+        "keda_key": args.keda_key,
+        "keda_allowed_names": [n.strip() for n in args.keda_allowed_names.split(",") if n.strip()],
         "observed_direct": not args.no_observed_direct,
         "observed_direct_ttl_seconds": args.observed_direct_ttl,
     }
@@ -254,10 +316,17 @@ def run(args: argparse.Namespace) -> int:
         scheduler = start_scheduler_port(opts, args.host, certfile, keyfile)
         print(f"  scheduler extender: {scheduler.url}/scheduler/{{filter,prioritize}}"
               f"{' (client certificate required)' if args.scheduler_client_ca else ''}", flush=True)
+    app = build_app(opts) if args.workers == 1 else None
+    keda = None
+    if args.keda_port:
+        keda = start_keda_port(app, opts, args.host, certfile, keyfile)
+        print(f"  KEDA external scaler: {args.host}:{keda.port} (gRPC, "
+              f"{'client certificate required' if args.keda_client_ca else 'TLS' if certfile or args.keda_cert else 'plaintext'})",
+              flush=True)
     try:
         if args.workers == 1:
             tune_serving_process()
-            run_config(uvicorn_config(build_app(opts), args.host, args.port, certfile, keyfile, **kw))
+            run_config(uvicorn_config(app, args.host, args.port, certfile, keyfile, **kw))
         else:
             if opts["ready_pods"] != "published":
                 # one pod watch for the replica, not one per worker (adapter/podshare.py)
@@ -270,4 +339,6 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if scheduler is not None:
             scheduler.stop()
+        if keda is not None:
+            keda.stop()
     return 0

@@ -59,6 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", help="warm-pool policy YAML (default: the bundled example)")
     p.add_argument("--no-warmpool", action="store_true", help="do not run the warm pool")
     p.add_argument("--warmpool-port", type=int, default=8091, help="claim/release API port (0 = any free port)")
+    p.add_argument("--keda-port", type=int, default=-1,
+                   help="also serve KEDA's external scaler (gRPC over TLS with the self-signed cert, no client "
+                   "certificate: loopback only) on this port (0 = any free port; default: off)")
     p.add_argument("--no-serve", action="store_true", help="do not serve HTTPS (forecasts only)")
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0 = run until Ctrl-C)")
     p.add_argument("--once", action="store_true", help="fit, publish one round of forecasts, print them, exit")
@@ -272,6 +275,24 @@ def _start_adapter(args, store, workloads, demand=None):
     return serve_in_thread(app, args.host, port, certfile=str(cert), keyfile=str(key))
 
 
+def _start_keda(args, srv):
+    """KEDA's external scaler beside the adapter, reading its core; a demo on loopback, so the
+    caller needs the self-signed certificate but no client certificate (``foresight serve
+    --keda-client-ca`` is the deployed form)."""
+    from adapter.cli import is_loopback
+    from adapter.keda.server import start_keda_server
+    from forecaster.errors import UserError
+
+    if not is_loopback(args.host):
+        raise UserError(f"--keda-port with --host {args.host}: foresight up serves the scaler without client "
+                        "certificates, so only on loopback; use `foresight serve --keda-client-ca` beyond it")
+    cert_dir = Path(args.cert_dir)
+    keda = start_keda_server(srv.server.config.app.state.core, args.host, args.keda_port,
+                             cert_dir / "apiserver.crt", cert_dir / "apiserver.key", None)
+    print(f"  KEDA external scaler (gRPC, TLS, self-signed cert): {args.host}:{keda.port}")
+    return keda
+
+
 def _free_port(host: str) -> int:
     import socket
 
@@ -351,6 +372,8 @@ def run_up(args: argparse.Namespace) -> int:
             print(f"    dashboard:  {base}/")
             print(f"    curl -k '{base}/apis/external.metrics.k8s.io/v1beta1/namespaces/{NAMESPACE}/predicted_cpu_load_ratio?labelSelector=workload%3D{w0}'")
             print(f"    forecasts:  {base}/api/v1/forecasts   docs: {base}/docs")
+            if args.keda_port >= 0:
+                handles.append(_start_keda(args, srv))
         except ImportError as exc:
             print(f"  adapter: not available in this build ({exc})")
     if not args.no_warmpool and not args.once:

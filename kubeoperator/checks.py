@@ -150,7 +150,10 @@ def check_autoscaler(obj: Any) -> dict[int, str]:
              hint="must be the name of a Deployment, StatefulSet or ReplicaSet of this namespace")
     c.string(ref, "apiVersion", "spec.scaleTargetRef", max_len=253)
     c.string(ref, "kind", "spec.scaleTargetRef", choices=TARGET_KINDS)
-    lo = c.number(spec, "minReplicas", "spec", integer=True, lo=1, hi=2**31 - 1)
+    scaler = c.string(spec, "scaler", "spec", choices=("HPA", "KEDA"))
+    lo = c.number(spec, "minReplicas", "spec", integer=True, lo=0, hi=2**31 - 1)
+    if lo == 0 and scaler != "KEDA":  # an HPA cannot scale to zero; KEDA activates from zero
+        c.add("spec.minReplicas", "0 needs spec.scaler: KEDA (an HPA's minReplicas is at least 1); set it to 1 or use KEDA")
     hi = c.number(spec, "maxReplicas", "spec", required=True, integer=True, lo=1, hi=2**31 - 1)
     if lo is not None and hi is not None and lo > hi:
         c.add("spec.minReplicas", f"{lo} must be <= spec.maxReplicas ({hi})")

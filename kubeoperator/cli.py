@@ -32,6 +32,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resync-seconds", type=float, default=15.0, help="a full pass at least this often")
     p.add_argument("--max-forecast-age", type=float, default=300.0, help="older forecasts count as stale (as the adapter)")
     p.add_argument("--lead-seconds", type=float, default=75.0, help="as the adapter's --lead-seconds")
+    p.add_argument("--keda-scaler-address", default="foresight-keda.foresight.svc:9443",
+                   help="host:port of foresight's KEDA scaler Service, written into the ScaledObjects of "
+                   "autoscalers with spec.scaler KEDA")
+    p.add_argument("--keda-auth-kind", default="ClusterTriggerAuthentication",
+                   choices=("ClusterTriggerAuthentication", "TriggerAuthentication"),
+                   help="kind of the KEDA authentication those ScaledObjects reference (the chart's)")
+    p.add_argument("--keda-auth-name", default="foresight-keda", help="its name")
     p.add_argument("--once", action="store_true", help="one pass, print its report as JSON, exit")
     p.set_defaults(func=run)
 
@@ -45,6 +52,7 @@ def run(args) -> int:
     from forecaster.store import open_store
     from kubeoperator.kube import KubeApi
     from kubeoperator.runner import Operator, OperatorSettings
+    from kubeoperator.scaledobject import KedaTarget
 
     settings = OperatorSettings(
         namespace=args.namespace, base_configmap=args.base_config_map, effective_configmap=args.trainer_config_map,
@@ -53,6 +61,8 @@ def run(args) -> int:
         warmpool_configmap=args.warmpool_config_map or None, warmpool_url=args.warmpool_url,
         warmpool_ca=args.warmpool_ca, resync_seconds=args.resync_seconds,
         metrics=MetricSettings(lead_seconds=args.lead_seconds, max_forecast_age_seconds=args.max_forecast_age),
+        keda=KedaTarget(scaler_address=args.keda_scaler_address, auth_kind=args.keda_auth_kind,
+                        auth_name=args.keda_auth_name),
     )
     op = Operator(KubeApi(args.kubeconfig), open_store(args.store), settings)
     if args.once:

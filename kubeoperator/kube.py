@@ -96,9 +96,14 @@ class KubeApi:
     def delete_owned_hpa(self, namespace: str, name: str, owner_uid: str) -> bool:
         """Delete the HPA ``name`` only if this autoscaler (``owner_uid``) owns it: an HPA the
         user made for the workload stays theirs. True when one was deleted."""
-        res = self._res("autoscaling/v2", "HorizontalPodAutoscaler")
+        return self.delete_owned("autoscaling/v2", "HorizontalPodAutoscaler", namespace, name, owner_uid)
+
+    def delete_owned(self, api_version: str, kind: str, namespace: str, name: str, owner_uid: str) -> bool:
+        """Delete ``kind`` ``name`` only if ``owner_uid`` owns it (an HPA, or KEDA's ScaledObject);
+        an absent object, or an absent kind (KEDA not installed), is nothing to delete."""
         try:
-            obj = self._call(f"get hpa {namespace}/{name}", lambda: res.get(name=name, namespace=namespace)).to_dict()
+            res = self._res(api_version, kind)
+            obj = self._call(f"get {kind} {namespace}/{name}", lambda: res.get(name=name, namespace=namespace)).to_dict()
         except KubeError as exc:
             if exc.status == 404:
                 return False
@@ -107,7 +112,7 @@ class KubeApi:
         if not any(o.get("uid") == owner_uid for o in owners):
             return False
         try:
-            self._call(f"delete hpa {namespace}/{name}", lambda: res.delete(name=name, namespace=namespace))
+            self._call(f"delete {kind} {namespace}/{name}", lambda: res.delete(name=name, namespace=namespace))
         except KubeError as exc:
             if exc.status != 404:
                 raise

@@ -18,6 +18,7 @@ from forecaster.served import (MetricSettings, NoData, ServedValue, observed_now
 from forecaster.store import Forecast
 from kubeoperator.observe import Capacity, Shadow, hpa_spec, observe_status, shadow_sync, slo_utilization
 from kubeoperator.checks import SpecError
+from kubeoperator.scaledobject import KedaTarget, desired_scaled_object, keda_hpa_name
 from kubeoperator.spec import AutoscalerSpec, MetricSpec, parse_autoscaler
 from replay.hpa import HPA
 
@@ -33,9 +34,11 @@ class Event:
 
 @dataclass
 class AutoscalerActions:
-    hpa: dict | None  # None in Observe mode: no HPA, and one the operator created goes
+    hpa: dict | None  # None in Observe mode and with scaler KEDA: no HPA, and one the operator created goes
     status: dict
     events: list[Event] = field(default_factory=list)
+    scaled_object: dict | None = None  # scaler KEDA in Act mode: KEDA's ScaledObject in place of the HPA
+    delete_scaled_object: bool = False  # the last sync owned one (scaler KEDA, Act) and this one does not
 
 
 def iso(t: float) -> str:
@@ -169,6 +172,9 @@ def _conditions(pa: AutoscalerSpec, per_metric: list[dict], problems: Sequence[s
     elif pa.mode == "Observe":
         ready = ("True", "Observing", f"no HPA: {len(per_metric)} predicted metric(s) computed, the workload's own "
                  "scaling left alone (status.observe)")
+    elif pa.scaler == "KEDA":
+        ready = ("True", "Serving", f"the ScaledObject {pa.name} (KEDA) receives {len(per_metric)} predicted "
+                 "metric(s) from foresight's KEDA scaler")
     else:
         ready = ("True", "Serving", f"the HPA {pa.name} receives {len(per_metric)} predicted metric(s)")
     if fallback:
@@ -213,15 +219,21 @@ def reconcile_autoscaler(
     settings: MetricSettings = MetricSettings(),
     shadows: dict | None = None,
     capacity: Capacity | None = None,
+    keda: KedaTarget = KedaTarget(),
 ) -> AutoscalerActions:
     """``shadows``: the runner's Observe-mode state (key -> Shadow), updated here;
-    ``capacity``: the scale target's replicas now (Observe mode)."""
+    ``capacity``: the scale target's replicas now (Observe mode); ``keda``: where a ScaledObject
+    (scaler KEDA) finds foresight's scaler."""
     pa = parse_autoscaler(obj)
     prev = obj.get("status") or {}
     per_metric = [metric_status(pa, m, None if store_error else forecasts.get(pa.series_id(m)), now, settings)
                   for m in pa.metrics]
     status: dict[str, Any] = {"observedGeneration": pa.generation, "mode": pa.mode, "metrics": per_metric}
-    status["hpaName"] = pa.name if pa.mode == "Act" else None  # None: removed by the merge patch
+    keda_acts = pa.mode == "Act" and pa.scaler == "KEDA"
+    # None: removed by the merge patch. With KEDA the HPA is KEDA's, named after the ScaledObject.
+    status["hpaName"] = (keda_hpa_name(pa) if keda_acts else pa.name) if pa.mode == "Act" else None
+    status["scaler"] = pa.scaler
+    status["scaledObjectName"] = pa.name if keda_acts else None
     first = per_metric[0] if per_metric else {}
     for k in ("model", "backtestError", "servedValue", "servedSource", "servedReason", "forecastAgeSeconds"):
         if k in first:
@@ -236,15 +248,24 @@ def reconcile_autoscaler(
         # once per generation: the condition keeps saying it, an Event tells whoever applied it
         events.insert(0, Event("Warning", "InvalidSpec", "; ".join(problems)[:1024]))
     if prev.get("mode") and prev.get("mode") != pa.mode:
+        what = "ScaledObject" if pa.scaler == "KEDA" else "HPA"
         events.append(Event("Normal", "ModeChanged", f"mode {prev['mode']} -> {pa.mode}" + (
-            ": the HPA is deleted, the workload's own scaling is left alone" if pa.mode == "Observe"
-            else ": the HPA is created from the same forecasts (no retrain)")))
+            f": the {what} is deleted, the workload's own scaling is left alone" if pa.mode == "Observe"
+            else f": the {what} is created from the same forecasts (no retrain)")))
+    if prev.get("scaler") and prev.get("scaler") != pa.scaler:
+        events.append(Event("Normal", "ScalerChanged", f"scaler {prev['scaler']} -> {pa.scaler}" + (
+            ": a KEDA ScaledObject replaces the HPA" if pa.scaler == "KEDA" else ": an HPA replaces the ScaledObject")))
     hpa = desired_hpa(pa)
+    # the ScaledObject of an earlier sync goes when this one does not act through KEDA
+    drop_keda = prev.get("scaler") == "KEDA" and prev.get("scaledObjectName") is not None and not keda_acts
     if pa.mode == "Act":
         status["observe"] = None
         if shadows is not None:  # a later switch to Observe starts from the replicas then
             shadows.pop((pa.namespace, pa.name), None)
-        return AutoscalerActions(hpa=hpa, status=status, events=events)
+        if keda_acts:
+            so = desired_scaled_object(pa, keda, quantity(pa.target_value), hpa["spec"]["behavior"], MANAGED_BY)
+            return AutoscalerActions(hpa=None, status=status, events=events, scaled_object=so)
+        return AutoscalerActions(hpa=hpa, status=status, events=events, delete_scaled_object=drop_keda)
     fcs = {} if store_error else forecasts
     status["observe"] = observe = _observe(pa, hpa, fcs, prev.get("observe"), shadows if shadows is not None else {},
                                            capacity or Capacity(None, None), now, settings)
@@ -256,7 +277,7 @@ def reconcile_autoscaler(
                             f"replicas (was {before if before is not None else 'not observing'}); the workload has "
                             f"{actual}{need}; under capacity: would-have {observe['underCapacityMinutes']['wouldHave']} "
                             f"min, actual {observe['underCapacityMinutes']['actual']} min"))
-    return AutoscalerActions(hpa=None, status=status, events=events)
+    return AutoscalerActions(hpa=None, status=status, events=events, delete_scaled_object=drop_keda)
 
 
 def _observe(pa: AutoscalerSpec, hpa: Mapping, forecasts, prev_observe, shadows: dict, cap: Capacity, now: float,

@@ -26,6 +26,7 @@ from kubeoperator.observe import Capacity
 from kubeoperator.pools import claim_counts, warmpool_status
 from kubeoperator.reconcile import invalid_event, prev_conditions, reconcile_autoscaler, refused_object
 from kubeoperator.render import render_trainer_config, render_warmpool_policy
+from kubeoperator.scaledobject import KEDA_API_VERSION, KedaTarget
 from kubeoperator.spec import parse_autoscaler, parse_warmpool
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class OperatorSettings:
     warmpool_ca: str | None = None  # the CA of the warm-pool API's certificate (None: the system's)
     resync_seconds: float = 15.0
     metrics: MetricSettings = field(default_factory=MetricSettings)
+    keda: KedaTarget = field(default_factory=KedaTarget)  # where ScaledObjects (spec.scaler KEDA) find the scaler
 
 
 @dataclass
@@ -184,11 +186,15 @@ class Operator:
                     cap = Capacity(*self.api.replicas(pa.namespace, pa.target_kind, pa.target_name, pa.target_api_version))
                 act = reconcile_autoscaler(obj, forecasts, now, problems=rendered.problems.get(key, ()),
                                            warnings=rendered.warnings.get(key, ()), store_error=store_error,
-                                           settings=s.metrics, shadows=self._shadows, capacity=cap)
+                                           settings=s.metrics, shadows=self._shadows, capacity=cap, keda=s.keda)
                 if act.hpa is not None:
                     self.api.apply(act.hpa)
-                else:  # Observe: the HPA this autoscaler created (Act before) goes; a user's own stays
+                else:  # Observe or KEDA: the HPA this autoscaler created (Act before) goes; a user's own stays
                     self.api.delete_owned_hpa(pa.namespace, pa.name, pa.uid)
+                if act.scaled_object is not None:  # scaler KEDA (kubeoperator/scaledobject.py)
+                    self.api.apply(act.scaled_object)
+                elif act.delete_scaled_object:
+                    self.api.delete_owned(KEDA_API_VERSION, "ScaledObject", pa.namespace, pa.name, pa.uid)
                 self.api.patch_status("PredictiveAutoscaler", pa.namespace, pa.name, act.status)
                 for ev in act.events:
                     self.api.emit_event({**obj, "kind": "PredictiveAutoscaler"}, ev, now)

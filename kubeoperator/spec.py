@@ -60,6 +60,7 @@ class AutoscalerSpec:
     serving: Mapping[str, Any] = field(default_factory=dict)  # ServingSettings field names
     behavior: Mapping[str, Any] | None = None
     mode: str = "Act"  # Act | Observe; never part of what the trainer reads (a switch needs no retrain)
+    scaler: str = "HPA"  # HPA | KEDA: what the operator owns in Act mode (kubeoperator/scaledobject.py for KEDA)
 
     @property
     def workload_series_id(self) -> str:
@@ -109,6 +110,7 @@ def parse_autoscaler(obj: Mapping[str, Any]) -> AutoscalerSpec:
         max_replicas=int(spec["maxReplicas"]), metrics=metrics,
         floor_enabled=bool(_or(floor, "enabled", True)), floor_utilization=int(_or(floor, "averageUtilization", 70)),
         serving=serving, behavior=_no_nulls(spec.get("behavior")), mode=spec.get("mode") or "Act",
+        scaler=_or(spec, "scaler", "HPA"),
     )
 
 
