@@ -321,7 +321,7 @@ def run(args: argparse.Namespace) -> int:
     if args.keda_port:
         keda = start_keda_port(app, opts, args.host, certfile, keyfile)
         print(f"  KEDA external scaler: {args.host}:{keda.port} (gRPC, "
-              f"{'client certificate required' if args.keda_client_ca else 'TLS' if certfile or args.keda_cert else 'plaintext'})",
+              f"{'client certificate required' if args.keda_client_ca else 'TLS' if certfile or args.keda_cert else 'plaintext'})",  # noqa: E501
               flush=True)
     try:
         if args.workers == 1:

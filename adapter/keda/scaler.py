@@ -21,8 +21,7 @@ from typing import Any, Callable, Sequence
 
 import grpc
 
-from adapter.keda import externalscaler_pb2 as pb
-from adapter.keda import externalscaler_pb2_grpc as pb_grpc
+from adapter.keda import externalscaler_pb2 as pb, externalscaler_pb2_grpc as pb_grpc
 from adapter.keda.activation import Activation, ActivationState, decide
 from adapter.keda.request import ScalerRequest, ScalerRequestError, parse_ref
 from adapter.settings import METRICS
@@ -173,7 +172,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
             return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
         except Refused as exc:
             await context.abort(exc.code, str(exc))
-        except Exception:  # noqa: BLE001 - KEDA gets a status, never a stack trace
+        except Exception:  # KEDA gets a status, never a stack trace
             log.exception("unhandled error in the KEDA scaler")
             await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the adapter's log")
 
@@ -183,18 +182,18 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         log.debug("%s/%s active=%s: %s", req.namespace, req.scaled_object, act.active, act.reason)
         return act
 
-    async def IsActive(self, request, context):  # noqa: N802 - the proto's names
+    async def IsActive(self, request, context):  # the proto's names
         act = await self._run(context, self._active, request)
         return pb.IsActiveResponse(result=act.active)
 
-    async def GetMetricSpec(self, request, context):  # noqa: N802
+    async def GetMetricSpec(self, request, context):
         return await self._run(context, lambda: self.scaler.metric_spec(self.scaler.parse(request)))
 
-    async def GetMetrics(self, request, context):  # noqa: N802
+    async def GetMetrics(self, request, context):
         return await self._run(context, lambda: self.scaler.metrics(
             self.scaler.parse(request.scaledObjectRef), request.metricName))
 
-    async def StreamIsActive(self, request, context):  # noqa: N802
+    async def StreamIsActive(self, request, context):
         """The activation at once, then each change as soon as a poll of the cache sees it, until
         the client goes away (grpc.aio cancels this coroutine) or the server stops. A poll that
         finds no value keeps the last answer: a store outage is not a reason to scale to zero."""

@@ -75,6 +75,7 @@ def start_keda_server(core: Any, host: str, port: int, certfile: str | Path | No
         pb_grpc.add_ExternalScalerServicer_to_server(service, server)
         address = f"{host}:{port}"
         if certfile:
+            assert keyfile is not None, "a serving certificate needs its key"
             bound = server.add_secure_port(address, server_credentials(certfile, keyfile, client_ca_file))
         else:
             bound = server.add_insecure_port(address)

@@ -10,8 +10,7 @@ import grpc
 import pytest
 
 from adapter.core import AdapterCore
-from adapter.keda import externalscaler_pb2 as pb
-from adapter.keda import externalscaler_pb2_grpc as pb_grpc
+from adapter.keda import externalscaler_pb2 as pb, externalscaler_pb2_grpc as pb_grpc
 from adapter.keda.server import start_keda_server
 from adapter.settings import AdapterSettings, CacheSettings
 from adapter.tls import write_ca, write_signed

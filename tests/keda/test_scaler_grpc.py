@@ -4,13 +4,11 @@ client certificate, and a stream that pushes a newly published forecast's activa
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import grpc
 import pytest
 
-from adapter.keda import externalscaler_pb2 as pb
-from adapter.keda import externalscaler_pb2_grpc as pb_grpc
+from adapter.keda import externalscaler_pb2 as pb, externalscaler_pb2_grpc as pb_grpc
 from adapter.keda.server import start_keda_server
 from adapter.quantity import format_quantity
 from forecaster.served import served_cores
