@@ -20,14 +20,15 @@ A policy is (source, quantile, hold k, headroom m):
   (``peak_gap_states`` ranges of that gap, each with its own m, chosen on the week's origins in
   that range), because a workload just past a burst is where the next burst most often comes.
 
-The user states the SLO: at most ``slo_minutes_per_day`` minutes a day of demand above
-``slo_utilization`` of the ready capacity (and, if they like, a ``cost_ceiling`` against a
-reactive HPA). Over the last ``history_days`` of one-step forecasts the trainer serves the
-cheapest policy that met it, where pods = the replicas the HPA would ask for at
+The choice minimises, over the last ``history_days`` of one-step forecasts, pod-minutes +
+price x SLO-violation minutes, where pods = the replicas the HPA would ask for at
 ``target_value`` and a violation minute is a minute of demand above ``slo_utilization`` of that
 capacity while those pods serve, until the next sample's pods are ready (:func:`exposure`,
-:func:`violation_minutes`). Both are shares of time and of the workload's own pods, so a 3-pod
-and a 300-pod workload with the same shape of demand get the same policy.
+:func:`violation_minutes`). The user states the trade-off in units that do not depend on the
+workload's size, so a 3-pod and a 300-pod workload with the same shape of demand get the same
+policy: ``violation_worth_minutes`` prices a violation minute in minutes of the whole workload;
+an optional ``slo_minutes_per_day`` raises that price for a workload until its policy meets the
+SLO on its own history; ``cost_ceiling`` caps what any policy may run against a reactive HPA.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ __all__ = ["MAX_HOLD", "POLICY_VERSION", "SOURCES", "ServingPolicy", "ServingSet
 DEFAULT_HOLDS = (1,)
 DEFAULT_GAP_STATES = 5
 MAX_GAP_STATES = 8
-# chosen on the tune half of the replay benchmark (bench/results/replay_all.md)
-DEFAULT_SLO_MINUTES_PER_DAY = 3.0
+# chosen on the tune half of the replay benchmark (docs/benchmarks/replay.md): 300 pod-minutes a
+# violation minute at its median workload of ~10 reactive pods
+DEFAULT_VIOLATION_WORTH_MINUTES = 30.0
 # where the SLO is out of reach the fewest violations would buy the top headroom whatever it
 # costs: at most what a reactive HPA retuned to 0.47 would run (the frontier's expensive end)
 DEFAULT_COST_CEILING = 1.5
@@ -61,9 +63,13 @@ DEFAULT_HEADROOMS = (1.0, 1.05, 1.1, 1.15, 1.2, 1.27, 1.33, 1.4, 1.5, 1.6, 1.75,
 class ServingSettings:
     """How the trainer chooses a workload's serving policy (the ``serving:`` config section).
 
-    slo_minutes_per_day: the SLO: at most this many minutes a day of demand above
-        ``slo_utilization`` of the ready capacity, met on the workload's own recent history;
-        lower buys fewer violations with more pods.
+    violation_worth_minutes: what one minute of SLO violation (demand above ``slo_utilization``
+        of the ready capacity) is worth, in minutes of running the whole workload (its reactive
+        pods): the same trade-off for a workload of 3 pods or of 300; higher buys fewer
+        violations with more pods.
+    slo_minutes_per_day: 0 (none), or an SLO: at most this many minutes a day of violation on
+        the workload's own recent history; where the price above does not meet it, the trainer
+        raises the price for that workload until its cheapest policy does.
     cost_ceiling: 0 (none), or the most pod-minutes a policy may run, as a multiple of what a
         reactive HPA at ``target_value`` would run on the same history; where the SLO would
         cost more, the policy with the fewest violations under the ceiling is served.
@@ -94,7 +100,8 @@ class ServingSettings:
         one. 1 chooses one headroom for all times.
     """
 
-    slo_minutes_per_day: float = DEFAULT_SLO_MINUTES_PER_DAY
+    violation_worth_minutes: float = DEFAULT_VIOLATION_WORTH_MINUTES
+    slo_minutes_per_day: float = 0.0
     cost_ceiling: float = DEFAULT_COST_CEILING
     quantiles: tuple[str, ...] = ("p50", "p90")
     sources: tuple[str, ...] = SOURCES
@@ -114,9 +121,12 @@ class ServingSettings:
         def bad(key: str, msg: str) -> None:
             out.append(f"{path}.{key}: {msg}")
 
+        if not _num(self.violation_worth_minutes) or not 0 <= self.violation_worth_minutes <= max(EXCHANGE_GRID):
+            bad("violation_worth_minutes", f"{self.violation_worth_minutes!r} must be a number of minutes in "
+                f"[0, {max(EXCHANGE_GRID):g}] (e.g. {DEFAULT_VIOLATION_WORTH_MINUTES:g})")
         if not _num(self.slo_minutes_per_day) or not 0 <= self.slo_minutes_per_day <= 1440:
             bad("slo_minutes_per_day", f"{self.slo_minutes_per_day!r} must be a number of minutes in [0, 1440] "
-                f"(e.g. {DEFAULT_SLO_MINUTES_PER_DAY:g})")
+                "(0: no SLO; e.g. 3)")
         if not _num(self.cost_ceiling) or not (self.cost_ceiling == 0 or self.cost_ceiling >= 1):
             bad("cost_ceiling", f"{self.cost_ceiling!r} must be 0 (no ceiling) or a multiple >= 1 of a reactive HPA's "
                 "pod-minutes (e.g. 1.5)")
@@ -168,10 +178,9 @@ def _pct(q: str) -> bool:
 
 Candidate = tuple[str, str, int, tuple[float, ...], float, float, float]  # source, q, k, m per state, cost, violation minutes, pods
 
-# How many minutes of the whole workload (its reactive pods) one minute of SLO violation may be
-# worth, tried in order: the first at which a workload's best policy meets its SLO is served, so
-# the SLO, not an exchange rate, decides how much headroom a workload buys; the grid's ratio of
-# ~1.5 between neighbours is finer than a week's history can tell policies apart.
+# Prices of a violation minute, in minutes of the whole workload (its reactive pods), that a
+# stated SLO raises the price along (or a cost ceiling lowers it along); the grid's ratio of ~1.5
+# between neighbours is finer than a week's history can tell policies apart.
 EXCHANGE_GRID = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 7.0, 10.0, 15.0, 20.0, 30.0, 50.0, 70.0, 100.0, 150.0, 200.0,
                  300.0, 500.0, 1000.0, 3000.0)
 
@@ -234,29 +243,43 @@ def _pick(opt: _Option, grid: np.ndarray, lam: float, minutes_per_origin: float,
 
 def _solve(opts: list[_Option], settings: ServingSettings, n: int, step_minutes: float, states: np.ndarray | None,
            reference_pods: float) -> tuple[list[Candidate], float, str]:
-    """The candidates at the exchange rate the workload's SLO needs: the first of
-    :data:`EXCHANGE_GRID` (in minutes of the workload's reactive pods) at which the best policy
-    keeps its violation minutes within the SLO over the scored intervals, capped where its pods
-    would pass ``cost_ceiling`` x the reactive reference's; with neither met, the last rate
-    tried. Returns (candidates at that rate, the rate in pod-minutes, how it was met)."""
+    """The candidates at the price of a violation minute the workload's settings set, in minutes
+    of the whole workload (its reactive pods, so the price means the same at any size):
+    ``violation_worth_minutes``; raised along :data:`EXCHANGE_GRID` until the best policy meets
+    ``slo_minutes_per_day`` over the scored intervals, when one is stated; lowered or capped
+    where its pods would pass ``cost_ceiling`` x the reactive reference's. Returns (candidates
+    at that price, the price in pod-minutes, how it was set)."""
     grid = np.asarray(sorted(settings.headrooms), dtype="float64")
     st = np.zeros(n, dtype=int) if states is None else states
     ns = int(st.max()) + 1 if len(st) else 1
-    budget = settings.slo_minutes_per_day / 1440.0 * n * step_minutes
-    per_pod = reference_pods / max(n, 1) * step_minutes  # one minute of the whole workload, in pod-minutes
+    slo = settings.slo_minutes_per_day
+    budget = slo / 1440.0 * n * step_minutes
+    workload_minute = reference_pods / max(n, 1)  # one minute of the whole workload, in pod-minutes
     ceiling = settings.cost_ceiling * reference_pods if settings.cost_ceiling else math.inf
-    prev = None
-    for rate in EXCHANGE_GRID:
-        lam = rate * per_pod
+    base = float(settings.violation_worth_minutes)
+
+    def at(rate: float) -> tuple[list[Candidate], float, Candidate]:
+        lam = rate * workload_minute
         cands = [_pick(o, grid, lam, step_minutes, st, ns) for o in opts]
-        best = min(cands, key=lambda c: (c[4], sum(c[3])))
-        if best[6] > ceiling + 1e-9 and prev is not None:
-            return (*prev, "cost ceiling")
-        prev = (cands, lam)
+        return cands, lam, min(cands, key=lambda c: (c[4], sum(c[3])))
+
+    cands, lam, best = at(base)
+    if best[6] > ceiling + 1e-9:  # even the stated price buys more pods than the ceiling allows
+        for rate in sorted((r for r in EXCHANGE_GRID if r < base), reverse=True):
+            cands, lam, best = at(rate)
+            if best[6] <= ceiling + 1e-9:
+                break
+        return cands, lam, "cost ceiling"
+    if not slo or best[5] <= budget + 1e-9:
+        return cands, lam, "priced"
+    for rate in (r for r in EXCHANGE_GRID if r > base):
+        more = at(rate)
+        if more[2][6] > ceiling + 1e-9:
+            return cands, lam, "cost ceiling"
+        cands, lam, best = more
         if best[5] <= budget + 1e-9:
             return cands, lam, "slo met"
-    assert prev is not None
-    return (*prev, "slo not met")
+    return cands, lam, "slo not met"
 
 
 def _label(c: Candidate) -> str:
@@ -275,9 +298,10 @@ def _explain(best: Candidate, cands: list[Candidate], n: int, settings: ServingS
     runner = next((c for c in sorted(cands, key=lambda c: c[4]) if (c[0], c[1]) != (src, q)), None)
     days = n * step_minutes / 1440.0
     slo = settings.slo_minutes_per_day
-    met = {"slo met": f"the cheapest policy within the SLO of {slo:g} violation minutes a day",
-           "cost ceiling": f"the fewest violations within the cost ceiling of {settings.cost_ceiling:g}x a reactive HPA's pods "
-                           f"(the SLO of {slo:g} minutes a day would cost more)",
+    met = {"priced": f"a violation minute worth {settings.violation_worth_minutes:g} minutes of the whole workload"
+                     + (f", within the SLO of {slo:g} violation minutes a day" if slo else ""),
+           "slo met": f"the cheapest policy within the SLO of {slo:g} violation minutes a day",
+           "cost ceiling": f"the fewest violations within the cost ceiling of {settings.cost_ceiling:g}x a reactive HPA's pods",
            "slo not met": f"no candidate met the SLO of {slo:g} violation minutes a day: the fewest violations"}[how]
     reason = (f"over the last {n} intervals ({days:.1f} days), {_label(best)} x{_ms(m)} ran {step_minutes * pods:.0f} "
               f"pod-minutes with {viol:.1f} SLO-violation minutes ({viol / max(days, 1e-9):.2f} a day): {met}; "

@@ -204,12 +204,14 @@ def parse_serving(c: _Checker, raw: Any, quantiles: tuple[float, ...], path: str
 
     keys = {f.name for f in fields(ServingSettings)}
     if isinstance(raw, Mapping) and "violation_cost_pods" in raw:
-        c.add(f"{path}.violation_cost_pods", "was replaced by slo_minutes_per_day: state the SLO (minutes a day above "
-              "slo_utilization of ready capacity, e.g. 2) instead of an exchange rate, and remove this key")
+        c.add(f"{path}.violation_cost_pods", "was replaced by violation_worth_minutes, the same trade-off in minutes of "
+              "the whole workload (pod-minutes / your workload's typical pods; e.g. 300 at 10 pods is 30), or state an "
+              "SLO with slo_minutes_per_day; remove this key")
         raw = {k: v for k, v in raw.items() if k != "violation_cost_pods"}
     d = c.mapping(raw, path, {k: "" for k in keys})
     kw: dict[str, Any] = {}
-    for k in ("slo_minutes_per_day", "cost_ceiling", "target_value", "slo_utilization", "history_days", "model_margin"):
+    for k in ("violation_worth_minutes", "slo_minutes_per_day", "cost_ceiling", "target_value", "slo_utilization",
+              "history_days", "model_margin"):
         if k in d:
             kw[k] = c.typed(d, k, path, (int, float), getattr(base or ServingSettings, k))
     if "peak_gap_states" in d:

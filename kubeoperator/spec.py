@@ -22,7 +22,8 @@ LOAD_RATIO_METRIC = "predicted_cpu_load_ratio"
 
 # spec.serving (camelCase, the CRD) -> forecaster.serving.ServingSettings field names
 SERVING_FIELDS = {
-    "sloMinutesPerDay": "slo_minutes_per_day", "costCeiling": "cost_ceiling", "quantiles": "quantiles", "sources": "sources",
+    "violationWorthMinutes": "violation_worth_minutes", "sloMinutesPerDay": "slo_minutes_per_day",
+    "costCeiling": "cost_ceiling", "quantiles": "quantiles", "sources": "sources",
     "headrooms": "headrooms", "targetValue": "target_value", "sloUtilization": "slo_utilization",
     "historyDays": "history_days", "allowBelowObserved": "allow_below_observed", "holds": "holds",
     "modelMargin": "model_margin", "peakGapStates": "peak_gap_states",

@@ -39,6 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "deployment runs); default: a default deployment's")
     p.add_argument("--models", default=None,
                    help="override training.models for the predictive modes, comma-separated (auto, ar, ...)")
+    p.add_argument("--violation-worth-minutes", type=float, default=None,
+                   help="override serving.violation_worth_minutes: what one SLO-violation minute is worth, in minutes "
+                        "of running the whole workload")
     p.add_argument("--slo-minutes-per-day", type=float, default=None,
                    help="override serving.slo_minutes_per_day: the SLO each workload's serving policy meets on its "
                         "own history (minutes a day above serving.slo_utilization of ready capacity)")
@@ -75,11 +78,14 @@ def _pipeline(args):
         except Exception as exc:  # noqa: BLE001 - unknown model names
             raise UserError(f"--models {args.models!r}: {exc}") from exc
         training = replace(training, models=models)
+    if args.violation_worth_minutes is not None:
+        serving = replace(serving, violation_worth_minutes=args.violation_worth_minutes)
     if args.slo_minutes_per_day is not None:
         serving = replace(serving, slo_minutes_per_day=args.slo_minutes_per_day)
     problems = serving.problems("serving", published=[quantile_key(q) for q in training.quantiles])
     if problems:
-        raise UserError("; ".join(problems).replace("serving.slo_minutes_per_day", "--slo-minutes-per-day"))
+        raise UserError("; ".join(problems).replace("serving.slo_minutes_per_day", "--slo-minutes-per-day")
+                        .replace("serving.violation_worth_minutes", "--violation-worth-minutes"))
     return PipelineConfig(training=training, serving=serving)
 
 
@@ -175,7 +181,8 @@ def run_replay(args: argparse.Namespace) -> int:
         "trainer (production)": f"models {','.join(cfg.pipeline.training.models)}, retrain every "
         f"{cfg.pipeline.training.retrain_interval_seconds / 3600:g} h on {cfg.pipeline.history_days:g} days, quantiles "
         f"{', '.join(f'{q:g}' for q in cfg.pipeline.training.quantiles)}",
-        "serving policy (chosen per workload)": f"SLO {cfg.pipeline.serving.slo_minutes_per_day:g} violation minutes a day, "
+        "serving policy (chosen per workload)": f"a violation minute worth {cfg.pipeline.serving.violation_worth_minutes:g} workload-minutes"
+        f"{f', SLO {cfg.pipeline.serving.slo_minutes_per_day:g} minutes a day' if cfg.pipeline.serving.slo_minutes_per_day else ''}, "
         f"quantiles {'/'.join(cfg.pipeline.serving.quantiles)}, sources {'/'.join(cfg.pipeline.serving.sources)}",
         "train / replay days": f"{cfg.train_days:g} / {cfg.replay_days:g}",
         "replicas": f"{cfg.min_replicas}-{cfg.max_replicas}",

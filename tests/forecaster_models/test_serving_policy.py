@@ -36,9 +36,11 @@ def test_a_calm_series_gets_no_headroom_and_a_bursty_one_pays_for_headroom():
     bursts = 10 + 6 * (rng.random(n) < 0.1)
     pol = choose_policy(bursts, last, {"p50": last.copy()}, 1.0, ServingSettings(slo_minutes_per_day=2))
     assert pol.headroom >= 1.2  # ceil(12 / 0.7) = 18 pods carry the 16-core bursts at 90%
-    assert "SLO-violation minutes" in pol.reason and "within the SLO of 2 violation minutes a day" in pol.reason and pol.costs
-    cheap = choose_policy(bursts, last, {"p50": last.copy()}, 1.0, ServingSettings(slo_minutes_per_day=1440))
-    assert cheap.headroom == 1.0  # any violation allowed: the fewest pods win
+    assert "SLO-violation minutes" in pol.reason and "SLO of 2 violation minutes a day" in pol.reason and pol.costs
+    priced = choose_policy(bursts, last, {"p50": last.copy()}, 1.0, ServingSettings())
+    assert priced.headroom >= 1.2 and "worth 30 minutes of the whole workload" in priced.reason
+    cheap = choose_policy(bursts, last, {"p50": last.copy()}, 1.0, ServingSettings(violation_worth_minutes=0))
+    assert cheap.headroom == 1.0  # violations worth nothing and no SLO: the fewest pods win
 
 
 def test_a_30_pod_and_a_3000_pod_workload_of_the_same_shape_get_the_same_policy():
@@ -49,8 +51,8 @@ def test_a_30_pod_and_a_3000_pod_workload_of_the_same_shape_get_the_same_policy(
     for size in (2.0, 20.0, 200.0, 2000.0):  # cores: ~3, ~30, ~300 and ~3000 pods of one core at 70%
         last = np.full(n, size)
         policies[size] = choose_policy(size * shape, last, {"p50": last.copy()}, 1.0, ServingSettings())
-    # an exchange rate in pod-minutes (the rule before the SLO) bought headroom for the small and
-    # none for the large; the SLO buys the same for all of them
+    # an exchange rate in pod-minutes (the rule before) bought headroom for the small and none
+    # for the large; a price in minutes of the whole workload buys the same for all of them
     assert policies[20.0].headroom == policies[200.0].headroom == policies[2000.0].headroom > 1.0
     # a 3-pod workload's whole pods round its capacity up: it meets the SLO with less or the same
     assert 1.0 < policies[2.0].headroom <= policies[20.0].headroom
@@ -61,9 +63,9 @@ def test_an_slo_the_history_cannot_meet_serves_the_fewest_violations_unless_a_co
     last = np.full(n, 10.0)
     rng = np.random.default_rng(2)
     wild = 10 * np.exp(rng.normal(0, 0.5, n))  # no headroom on the grid carries all of these
-    strict = choose_policy(wild, last, {"p50": last.copy()}, 1.0, ServingSettings(slo_minutes_per_day=0, cost_ceiling=0))
+    strict = choose_policy(wild, last, {"p50": last.copy()}, 1.0, ServingSettings(slo_minutes_per_day=0.01, cost_ceiling=0))
     assert "no candidate met the SLO" in strict.reason and strict.headroom == max(ServingSettings().headrooms)
-    capped = choose_policy(wild, last, {"p50": last.copy()}, 1.0, ServingSettings(slo_minutes_per_day=0, cost_ceiling=1.3))
+    capped = choose_policy(wild, last, {"p50": last.copy()}, 1.0, ServingSettings(slo_minutes_per_day=0.01, cost_ceiling=1.3))
     assert "cost ceiling of 1.3x" in capped.reason and 1.0 < capped.headroom <= 1.3
 
 
@@ -92,7 +94,7 @@ def test_a_brief_spike_is_worth_less_headroom_than_a_long_one():
     long = np.stack([np.where(spikes, 16.0, 10.0)] * 3, axis=1)  # the whole interval at 16
     # 60 long spikes violate for 300 minutes, 60 needles for 125: an SLO of 96 minutes a day
     # allows 200 minutes in these 3,000, so the needles need no headroom and the long spikes do
-    settings = ServingSettings(slo_minutes_per_day=96, sources=("persistence",))
+    settings = ServingSettings(violation_worth_minutes=0, slo_minutes_per_day=96, sources=("persistence",))
     assert choose_policy(long, last, {}, 1.0, settings).headroom > choose_policy(brief, last, {}, 1.0, settings).headroom
 
 
@@ -113,17 +115,17 @@ def test_the_model_is_served_only_when_it_saves_the_margin_of_what_a_forecast_ca
     last = np.roll(actual, 1).astype(float)
     seen = actual.astype(float).copy()
     seen[np.arange(n) % 24 == 0] = 10.0  # the model sees every other rise coming
-    free = choose_policy(actual, last, {"p50": seen}, 1.0, ServingSettings(quantiles=("p50",), model_margin=0.0, slo_minutes_per_day=60))
+    free = choose_policy(actual, last, {"p50": seen}, 1.0, ServingSettings(quantiles=("p50",), model_margin=0.0, violation_worth_minutes=0, slo_minutes_per_day=60))
     assert free.source == "model"
     # the margin is a share of persistence's cost above a clairvoyant HPA's at the same target
     path = np.repeat(actual[:, None].astype(float), 3, axis=1)
     ideal = clairvoyant_cost(path, 0.7 * 1.0, 5.0)
     share = (free.costs["persistence"] - free.costs["p50"]) / (free.costs["persistence"] - ideal)
     assert 0.05 < share < 0.95, (free.costs, ideal)
-    strict = choose_policy(actual, last, {"p50": seen}, 1.0, ServingSettings(quantiles=("p50",), model_margin=share + 0.02, slo_minutes_per_day=60))
+    strict = choose_policy(actual, last, {"p50": seen}, 1.0, ServingSettings(quantiles=("p50",), model_margin=share + 0.02, violation_worth_minutes=0, slo_minutes_per_day=60))
     assert strict.source == "persistence" and strict.headroom == strict.fallback_headroom
     assert "must cost below" in strict.reason
-    loose = choose_policy(actual, last, {"p50": seen}, 1.0, ServingSettings(quantiles=("p50",), model_margin=share - 0.02, slo_minutes_per_day=60))
+    loose = choose_policy(actual, last, {"p50": seen}, 1.0, ServingSettings(quantiles=("p50",), model_margin=share - 0.02, violation_worth_minutes=0, slo_minutes_per_day=60))
     assert loose.source == "model"
     assert any(p.startswith("serving.model_margin") for p in ServingSettings(model_margin=1.0).problems())
 
@@ -142,7 +144,8 @@ def test_a_forecast_of_a_rare_daily_peak_is_served_although_it_saves_little_of_t
                             step_minutes=1.0, gaps=peak_gaps(y, o))
         assert pol.source == "model", (margin, pol.reason)
     # the ramp's ~2 violation minutes a day are within a laxer SLO: the cheapest then is not to forecast
-    lax = choose_policy(exposure(y, o), y[o], perfect, 0.5, ServingSettings(slo_minutes_per_day=5), step_minutes=1.0,
+    lax = choose_policy(exposure(y, o), y[o], perfect, 0.5, ServingSettings(violation_worth_minutes=0, slo_minutes_per_day=5),
+                        step_minutes=1.0,
                         gaps=peak_gaps(y, o))
     assert lax.source == "persistence" and "within the SLO of 5" in lax.reason
     total_saving = 1 - pol.costs["p50"] / pol.costs["persistence"]
@@ -177,7 +180,7 @@ def test_the_serving_config_is_validated_whole_with_paths():
             "workloads": [{"namespace": "a", "name": "b"}],
         })
     msg = str(e.value)
-    assert "replaced by slo_minutes_per_day" in msg  # the fix for the old exchange rate
+    assert "replaced by violation_worth_minutes" in msg  # the fix for the old exchange rate
     for path in ("serving.violation_cost_pods", "serving.slo_minutes_per_day", "serving.quantiles[0]", "serving.headrooms[0]", "serving.sources[0]", "serving.oops"):
         assert path in msg
     assert "training.quantiles" in msg  # the fix for an unpublished quantile
@@ -212,7 +215,7 @@ def test_a_published_policy_that_would_serve_below_observed_is_refused_unless_ch
     n = 200
     flat = np.full(n, 10.0)
     pol = choose_policy(flat, flat, {"p50": flat}, 1.0, ServingSettings(quantiles=("p50",), headrooms=(0.9, 1.0),
-                                                                          allow_below_observed=True, slo_minutes_per_day=1440))
+                                                                          allow_below_observed=True, violation_worth_minutes=0))
     assert min(pol.headrooms or (pol.headroom,)) == 0.9 and ServingPolicy.from_dict(pol.to_dict()).below_observed
 
 

@@ -97,7 +97,7 @@ def test_a_workload_overrides_serving_key_by_key_and_problems_name_its_path():
         {"namespace": "shop", "name": "w3", "serving": {"slo_minutes_per_day": -1, "headrooms": [0.5],
                                                          "quantiles": ["p99"], "colour": "red"}}]))
     assert set(problems) == {
-        "workloads[3].serving.slo_minutes_per_day: -1 must be a number of minutes in [0, 1440] (e.g. 3)",
+        "workloads[3].serving.slo_minutes_per_day: -1 must be a number of minutes in [0, 1440] (0: no SLO; e.g. 3)",
         "workloads[3].serving.headrooms[0]: 0.5 is below 1: it serves less than the observed demand; "
         "set allow_below_observed: true to accept that under-scale risk",
         "workloads[3].serving.quantiles[0]: 'p99' is not published; add it to training.quantiles (published: p50, p90)",
@@ -108,7 +108,7 @@ def test_a_workload_overrides_serving_key_by_key_and_problems_name_its_path():
 def test_a_problem_of_the_top_level_section_is_reported_once_not_again_per_workload():
     problems = _problems(_cfg([{"namespace": "shop", "name": "a", "serving": {"target_value": 0.6}}],
                               serving={"slo_minutes_per_day": -5}))
-    assert problems == ["serving.slo_minutes_per_day: -5 must be a number of minutes in [0, 1440] (e.g. 3)"]
+    assert problems == ["serving.slo_minutes_per_day: -5 must be a number of minutes in [0, 1440] (0: no SLO; e.g. 3)"]
 
 
 def test_served_names_map_back_to_their_metric():
