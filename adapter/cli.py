@@ -71,7 +71,7 @@ def register(subparsers) -> None:
     p.add_argument("--keda-port", type=int, default=0,
                    help="serve KEDA's external scaler (gRPC, externalscaler.ExternalScaler) on this port (0: off), "
                    "with the serving certificate; the same served value, for clusters where KEDA owns the "
-                   "external metrics APIService (docs/keda.md)")
+                   "external metrics APIService (docs/tasks/beside-keda.md)")
     p.add_argument("--keda-client-ca", help="with --keda-port: require a client certificate signed by this CA (the "
                    "TriggerAuthentication's tlsClientCert); needed beyond loopback unless --insecure")
     p.add_argument("--keda-cert", help="with --keda-port: the scaler's own serving certificate (PEM; with --keda-key), "

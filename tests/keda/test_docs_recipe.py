@@ -1,4 +1,4 @@
-"""docs/keda.md is a tested recipe: its ScaledObject's trigger is one the scaler accepts, its
+"""docs/tasks/beside-keda.md is a tested recipe: its ScaledObject's trigger is one the scaler accepts, its
 PredictiveAutoscaler renders a ScaledObject on the chart's Service and authentication, and its
 authentication is the chart's default one. (tests/chart/test_chart_keda.py renders the chart
 with the recipe's values file.)"""
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def recipe_docs() -> list[dict]:
-    text = (ROOT / "docs" / "keda.md").read_text()
+    text = (ROOT / "docs" / "tasks" / "beside-keda.md").read_text()
     return [d for block in re.findall(r"```yaml\n(.*?)```", text, re.S) for d in yaml.safe_load_all(block) if d]
 
 

@@ -15,7 +15,7 @@ every HPA and ScaledObject that reads it. `helm template` looks nothing up and r
 {{- if and $old $old.spec -}}
 {{- $svc := $old.spec.service | default dict -}}
 {{- if or (ne ($svc.name | default "") "foresight-adapter") (ne ($svc.namespace | default "") .Release.Namespace) -}}
-{{- fail (printf "adapter.apiService.enabled: the APIService v1beta1.external.metrics.k8s.io is already served by Service %s/%s (KEDA's metrics server or prometheus-adapter?), and a cluster has one external metrics provider. Set adapter.apiService.enabled=false and keda.scaler.enabled=true: KEDA then reads foresight's forecasts through its external-push scaler (docs/keda.md)" ($svc.namespace | default "?") ($svc.name | default "?")) -}}
+{{- fail (printf "adapter.apiService.enabled: the APIService v1beta1.external.metrics.k8s.io is already served by Service %s/%s (KEDA's metrics server or prometheus-adapter?), and a cluster has one external metrics provider. Set adapter.apiService.enabled=false and keda.scaler.enabled=true: KEDA then reads foresight's forecasts through its external-push scaler (docs/tasks/beside-keda.md)" ($svc.namespace | default "?") ($svc.name | default "?")) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
