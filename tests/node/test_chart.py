@@ -508,10 +508,13 @@ def test_helm_upgrade_keeps_the_certificate_and_uninstall_leaves_only_what_is_ke
     left = wait_for("the release's pods gone", lambda: (lambda o: o if "Pod" not in o else None)(_release_objects(cp)),
                     timeout=120, detail=lambda: str(_release_objects(cp)))
     # kept on purpose (helm.sh/resource-policy: keep): the Redis users' passwords, so a reinstall
-    # keeps the ACL its clients know, and the trainer's checkpoints
-    assert left == {"Secret": ["foresight-redis-users"], "PersistentVolumeClaim": ["foresight-trainer-checkpoints"]}, left
+    # keeps the ACL its clients know, the trainer's checkpoints, and the key that signs them (a
+    # reinstall must still verify the kept checkpoints)
+    assert left == {"Secret": ["foresight-checkpoint-key", "foresight-redis-users"],
+                    "PersistentVolumeClaim": ["foresight-trainer-checkpoints"]}, left
     unlabelled = {k: sorted(i["metadata"]["name"] for i in cp.admin.json(NAMESPACED[k].format(ns=chart.NAMESPACE))["items"]
                             if i["metadata"]["name"] not in ("kube-root-ca.crt", "default")) for k in ("ConfigMap", "Secret", "ServiceAccount")}
     _log(f"helm uninstall: left in {chart.NAMESPACE}: {unlabelled}")
     _record("helm uninstall", left=left)
-    assert unlabelled == {"ConfigMap": [], "Secret": ["foresight-redis-users"], "ServiceAccount": []}, unlabelled
+    assert unlabelled == {"ConfigMap": [], "Secret": ["foresight-checkpoint-key", "foresight-redis-users"],
+                          "ServiceAccount": []}, unlabelled
