@@ -383,8 +383,8 @@ def choose_policy(
     persist = [c for c in cands if c[0] == "persistence"]
     fb = min(persist, key=lambda c: (c[4], sum(c[3]), order[c])) if persist else None
     alone = [o for o in opts if o.source == "persistence"]
-    # what serves while the model is on its fallback: persistence's own cheapest policy within the
-    # SLO (the rate the model needed may be far lower than what persistence needs)
+    # what serves while the model is on its fallback: persistence priced on its own (for a stated
+    # SLO, the price the model needed may be far lower than what persistence needs)
     fb_alone = min(_solve(alone, settings, n, float(step_minutes), states, reference)[0], key=lambda c: (c[4], sum(c[3]))) \
         if alone else None
     best = min(cands, key=lambda c: (c[4], sum(c[3]), order[c]))
