@@ -53,7 +53,7 @@ import pandas as pd  # noqa: E402
 from bench.common import add_quick_args, cpu_files, results_dir, save_json  # noqa: E402
 from bench.forecast_rows import (  # noqa: E402
     BEFORE_GUARD, FIRST_GUARD, NO_LIVE, NO_SEASON, WITH_GLOBAL, WITH_GLOBAL_MODELS, auto_variants, candidate_set_costs,
-    guard_table, h1_ratios, live_report, print_guard_table, tail_stats,
+    guard_table, guard_tables_by_population, h1_ratios, live_report, print_guard_table, tail_stats,
 )
 from bench.replay_all import in_part  # noqa: E402  (the one tune/holdout split of the benchmarks)
 
@@ -260,7 +260,7 @@ def main(argv=None) -> int:
         print(f"\nrefresh of {refresh['series']} series: {refresh['refresh_round_seconds']:.2f} s "
               f"({refresh['refresh_ms_per_series']:.2f} ms/series); fit {refresh['fit_seconds_per_series']:.2f} s/series")
 
-    h1 = guards = None
+    h1 = guards = by_pop = None
     if ratios is not None:
         h1 = tail_stats(ratios)
         print(f"\nh=1 MAE auto / persistence per series: max {h1['max']:.2f}x, median {h1['median']:.3f}x, "
@@ -269,6 +269,9 @@ def main(argv=None) -> int:
             print(f"  {w['series_id']:<48} {w['ratio']:6.2f}x  (MAE {w['mae_auto']:.3g} vs {w['mae_persistence']:.3g})")
         guards = guard_table(run.rows)
         print_guard_table(guards)
+        by_pop = guard_tables_by_population(run.rows, frame)
+        for pop, t in by_pop.items():
+            print_guard_table(t, f", {t['series']} series of population {pop} (replay.population)")
     live, every_step = live_report(run.forecasts, ratios) if "auto" in models else (None, None)
     if ratios is not None:
         ratios.to_csv(out / f"{args.name}_h1_ratio.csv")
@@ -292,6 +295,11 @@ def main(argv=None) -> int:
         for h in (1, 2):
             cost = guards["auto"][f"mase_h{h}_median"] / guards[BEFORE_GUARD][f"mase_h{h}_median"]
             checks[f"h{h}_median_within_10%_of_before_guard ({cost:.3f}x)"] = bool(cost <= TARGETS["guard_lead_median_cost_max"])
+    daily = (by_pop or {}).get("daily", {})
+    if BEFORE_GUARD in daily:
+        for h in (1, 2):
+            cost = daily["auto"][f"mase_h{h}_median"] / daily[BEFORE_GUARD][f"mase_h{h}_median"]
+            checks[f"daily_rhythm_h{h}_median_within_10%_of_before_guard ({cost:.3f}x)"] = bool(cost <= TARGETS["guard_lead_median_cost_max"])
     if args.series is None and set(models) >= set(ALL_MODELS.split(",")):
         checks["full_run_under_30_min"] = wall / 60 <= TARGETS["full_run_minutes_max"]
     if refresh:
@@ -332,6 +340,7 @@ def main(argv=None) -> int:
             "refresh": refresh,
             "h1_ratio_vs_persistence": h1,
             "guard_comparison": guards,
+            "guard_comparison_by_population": by_pop,
             "candidate_sets": sets,
             "live_check_fallbacks": live,
             "h1_every_step_vs_persistence": every_step,

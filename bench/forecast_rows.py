@@ -190,11 +190,29 @@ def guard_table(rows: pd.DataFrame) -> dict:
     return out
 
 
-def print_guard_table(table: dict) -> None:
+def guard_tables_by_population(rows: pd.DataFrame, frame: pd.DataFrame) -> dict:
+    """:func:`guard_table` for each population of ``replay.population`` (daily rhythm, bursty),
+    judged on each series' whole history in ``frame``: a median over all series hides what the
+    guard takes from the series with a daily rhythm, where a forecast should pay most."""
+    from replay.population import population
+
+    pops = frame.sort_values("timestamp").groupby("series_id")["value"].apply(lambda v: population(v.to_numpy()))
+    out = {}
+    for pop in ("daily", "bursty"):
+        ids = set(pops.index[pops == pop])
+        sub = rows[rows.series_id.isin(ids)]
+        if len(sub):
+            out[pop] = {"series": len(ids), **guard_table(sub)}
+    return out
+
+
+def print_guard_table(table: dict, title: str = "") -> None:
     cols = " ".join(f"{'h=' + str(h):>6}" for h in GUARD_HORIZONS)
-    print(f"\nlead-step guard: median MASE per horizon, and h=1 MAE over persistence's per series")
+    print(f"\nlead-step guard{title}: median MASE per horizon, and h=1 MAE over persistence's per series")
     print(f"  {'':<24} {cols} {'h1-12':>6}   {'worst h=1':>9} {'>1.1x':>9}")
     for m, d in table.items():
+        if not isinstance(d, dict):
+            continue
         vals = " ".join(f"{d[f'mase_h{h}_median']:6.3f}" for h in GUARD_HORIZONS)
         print(f"  {m:<24} {vals} {d['mean_mase_median']:6.3f}   {d['h1_ratio_max']:8.2f}x "
               f"{d['h1_ratio_above_1.1']:3d} ({d['h1_ratio_share_above_1.1']:.1%})")
