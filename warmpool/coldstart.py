@@ -197,7 +197,8 @@ class ColdStartModel:
             for rc, prof in profiles.items():
                 self._seeds[(CONTAINER, rc)] = container_seed(prof, FROM_POLICY)
                 if rc not in _POD_MEASURED:
-                    self._seeds[(POD, rc)] = derived_pod_seed(self._seeds[(CONTAINER, rc)], NO_KATA if rc == "kata" else POD_DERIVED)
+                    source = NO_KATA if rc == "kata" else POD_DERIVED  # what the seed says it comes from
+                    self._seeds[(POD, rc)] = derived_pod_seed(self._seeds[(CONTAINER, rc)], source)
 
     def seed(self, kind: str, runtime_class: str) -> Seed:
         _check_kind(kind)

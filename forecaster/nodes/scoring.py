@@ -227,7 +227,8 @@ def assess_one(fc: Forecast, now: float, s: NodeScoreSettings) -> tuple[str, flo
         return "stale", None, None, obs, f"forecast is stale ({age:.0f} s old > {s.max_forecast_age_seconds:g} s): neutral score"
     if fc.status == "fallback":
         if obs is None:
-            return "stale", None, None, None, f"series is on the fallback ({fc.reason or 'no reason'}) and nothing is observed: neutral score"
+            return ("stale", None, None, None,
+                    f"series is on the fallback ({fc.reason or 'no reason'}) and nothing is observed: neutral score")
         return "fallback", obs, None, obs, f"series is on the fallback ({fc.reason or 'no reason'}): using observed {obs:.2f}"
     pred = window_max(fc, now, s.horizon_seconds, s.quantile)
     if pred is None:
@@ -252,7 +253,8 @@ def with_memory(nl: NodeLoad, fc: Forecast | None, now: float, s: NodeScoreSetti
     and the reason why."""
     cpu_basis = "cpu" if nl.status in ("ok", "fallback") else "none"
     if fc is None:
-        return replace(nl, basis=cpu_basis, reason=nl.reason + f"; memory: no forecast for {NODE_MEMORY_PREFIX}{nl.node}: scored on CPU only")
+        return replace(nl, basis=cpu_basis,
+                       reason=nl.reason + f"; memory: no forecast for {NODE_MEMORY_PREFIX}{nl.node}: scored on CPU only")
     alloc = _finite_positive(fc.meta.get("memory_bytes"))
     status, load, _, _, why = assess_one(fc, now, s)
     if alloc is None:
