@@ -89,31 +89,65 @@ def create_app(
 
     settings = settings or AdapterSettings()
     store = store if store is not None else MemoryForecastStore()
-    observed = None
-    if demand is not None:
-        od = observed_direct or ObservedDirectSettings()
-        observed = ObservedDirect(demand, ttl_seconds=od.ttl_seconds, wait_seconds=od.wait_seconds,
-                                  max_age_seconds=od.max_age_seconds, keep_warm=True)
+    observed = _observed_direct(demand, observed_direct)
     core = AdapterCore(settings, store, clock, observed)
     if observed is not None:
         observed._on_error = lambda exc: core.metrics.observed_direct_errors.inc()
-
-    watch: Any = None
-    if pod_watch is not None:
-        from adapter.readypods import PodWatch, workloads_of
-
-        watch = PodWatch(pod_watch[0], workloads_of(pod_watch[1], core.cache))
-        if len(pod_watch) > 2 and pod_watch[2]:
-            from adapter.podshare import SharedPodWatch
-
-            # one of the replica's workers watches pods, the others read its counts
-            watch = SharedPodWatch(watch, pod_watch[2])
-        core.ready_pods = watch
+    watch = _ready_pods(core, pod_watch)
     view = None
     if pod_watch is not None and observe_view:
         from adapter.observemode import ObserveView
 
         view = core.observe_view = ObserveView(pod_watch[0])
+    lifespan = _lifespan(core, observed, watch, view)
+
+    app = AdapterApp(
+        title="foresight adapter",
+        description="Kubernetes external metrics API (predicted_cpu_load_ratio, predicted_cpu_cores), "
+        "forecast REST API and dashboard.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.core = core
+    app.state.settings = settings
+    _exception_handlers(app)
+    for routes in (external_metrics, forecasts, health, dashboard):
+        routes.register(app, core)
+
+    if scheduler_routes:
+        _scheduler_routes(app, store, settings)
+    openapi.install(app)
+    app.hot = HotPath(partial(FastAPI.__call__, app), core=core, authenticator=authenticator, authorizer=authorizer)
+    return app
+
+
+def _observed_direct(demand: DemandReader | None, settings: ObservedDirectSettings | None) -> ObservedDirect | None:
+    """Observed demand read straight from Prometheus, kept warm for the whole fleet (None: none)."""
+    if demand is None:
+        return None
+    od = settings or ObservedDirectSettings()
+    return ObservedDirect(demand, ttl_seconds=od.ttl_seconds, wait_seconds=od.wait_seconds,
+                          max_age_seconds=od.max_age_seconds, keep_warm=True)
+
+
+def _ready_pods(core: AdapterCore, pod_watch: tuple | None) -> Any:
+    """The pod watch the ratio is divided by (None: the trainer's published count)."""
+    if pod_watch is None:
+        return None
+    from adapter.readypods import PodWatch, workloads_of
+
+    watch: Any = PodWatch(pod_watch[0], workloads_of(pod_watch[1], core.cache))
+    if len(pod_watch) > 2 and pod_watch[2]:
+        from adapter.podshare import SharedPodWatch
+
+        # one of the replica's workers watches pods, the others read its counts
+        watch = SharedPodWatch(watch, pod_watch[2])
+    core.ready_pods = watch
+    return watch
+
+
+def _lifespan(core: AdapterCore, observed: ObservedDirect | None, watch: Any, view: Any):
+    """Start the app's background parts with it and stop them in reverse order."""
 
     @asynccontextmanager
     async def lifespan(_app):
@@ -135,24 +169,7 @@ def create_app(
             if observed is not None:
                 observed.close()
 
-    app = AdapterApp(
-        title="foresight adapter",
-        description="Kubernetes external metrics API (predicted_cpu_load_ratio, predicted_cpu_cores), "
-        "forecast REST API and dashboard.",
-        version="0.1.0",
-        lifespan=lifespan,
-    )
-    app.state.core = core
-    app.state.settings = settings
-    _exception_handlers(app)
-    for routes in (external_metrics, forecasts, health, dashboard):
-        routes.register(app, core)
-
-    if scheduler_routes:
-        _scheduler_routes(app, store, settings)
-    openapi.install(app)
-    app.hot = HotPath(partial(FastAPI.__call__, app), core=core, authenticator=authenticator, authorizer=authorizer)
-    return app
+    return lifespan
 
 
 class AdapterApp(FastAPI):

@@ -169,95 +169,108 @@ def parse_selector(text: str | None) -> Selector:
         return Selector((Requirement(key, "!=" if op == "!=" else "=", (value,)),))
     if len(text) > MAX_SELECTOR_LENGTH:
         raise SelectorError(f"label selector is {len(text)} characters long; the limit is {MAX_SELECTOR_LENGTH}")
-    toks = _tokens(text)
-    reqs: list[Requirement] = []
-    i = 0
-    n = len(toks)
+    return _Parser(text).selector()
 
-    def peek(k: int = 0):
-        return toks[i + k] if i + k < n else ("end", "", len(text))
 
-    while i < n:
-        kind, word, pos = peek()
+class _Parser:
+    """Recursive descent over ``_tokens``: requirements separated by commas."""
+
+    def __init__(self, text: str) -> None:
+        self.toks = _tokens(text)
+        self.end = ("end", "", len(text))
+        self.i = 0
+
+    def peek(self) -> tuple[str, str, int]:
+        return self.toks[self.i] if self.i < len(self.toks) else self.end
+
+    def selector(self) -> Selector:
+        reqs: list[Requirement] = []
+        while self.i < len(self.toks):
+            reqs.append(self.requirement())
+            kind, word, pos = self.peek()
+            if kind == ",":
+                self.i += 1
+                if self.peek()[0] == "end":
+                    raise SelectorError(f"requirement expected after ',' at position {pos}")
+            elif kind != "end":
+                raise SelectorError(f"',' expected at position {pos}, found {word!r}")
+        return Selector(tuple(reqs))
+
+    def requirement(self) -> Requirement:
+        kind, word, pos = self.peek()
         if kind == "!":
-            i += 1
-            kind, word, pos = peek()
+            self.i += 1
+            kind, word, pos = self.peek()
             if kind != "ident":
                 raise SelectorError(f"label key expected after '!' at position {pos}")
             _check_key(word, pos)
-            reqs.append(Requirement(word, "!"))
-            i += 1
-        elif kind == "ident":
-            key, kpos = word, pos
-            _check_key(key, kpos)
-            i += 1
-            kind, word, pos = peek()
-            if kind in (",", "end"):
-                reqs.append(Requirement(key, "exists"))
-            elif kind == "op":
-                op = word
-                i += 1
-                vkind, value, vpos = peek()
-                if vkind == "ident":
-                    i += 1
-                elif vkind in (",", "end") and op in ("=", "!="):
-                    value = ""  # `a=` selects an empty value, as in Kubernetes
-                else:
-                    raise SelectorError(f"label value expected after {op!r} at position {vpos}")
-                _check_value(value, vpos)
-                if op in ("gt", "lt"):
-                    try:
-                        int(value)
-                    except ValueError:
-                        raise SelectorError(
-                            f"'>' and '<' need an integer value at position {vpos}, got {value!r}"
-                        ) from None
-                reqs.append(Requirement(key, op, (value,)))
-            elif kind == "ident" and word in ("in", "notin"):
-                op = word
-                i += 1
-                pk, _, ppos = peek()
-                if pk != "(":
-                    raise SelectorError(f"'(' expected after {op!r} at position {ppos}")
-                i += 1
-                values: list[str] = []
-                while True:
-                    vk, vw, vpos = peek()
-                    if vk == "ident":
-                        _check_value(vw, vpos)
-                        values.append(vw)
-                        i += 1
-                        vk, vw, vpos = peek()
-                    elif vk in (",", ")"):
-                        values.append("")  # `a in (x,)` includes the empty value
-                    else:
-                        raise SelectorError(f"value, ',' or ')' expected at position {vpos}")
-                    if vk == ",":
-                        i += 1
-                        continue
-                    if vk == ")":
-                        i += 1
-                        break
-                    raise SelectorError(f"',' or ')' expected at position {vpos}")
-                if values == [""]:
-                    raise SelectorError(f"{op!r} needs at least one value (key {key!r} at position {kpos})")
-                if len(set(values)) > MAX_IN_VALUES:
-                    raise SelectorError(
-                        f"{key} {op} (...) lists {len(set(values))} values; at most {MAX_IN_VALUES} per "
-                        "request: split the labelSelector across several requests"
-                    )
-                reqs.append(Requirement(key, op, tuple(dict.fromkeys(values))))
-            else:
-                raise SelectorError(
-                    f"'=', '==', '!=', 'in', 'notin', ',' or end expected after key {key!r} at position {pos}"
-                )
-        else:
+            self.i += 1
+            return Requirement(word, "!")
+        if kind != "ident":
             raise SelectorError(f"label key expected at position {pos}, found {word!r}")
-        kind, word, pos = peek()
-        if kind == ",":
-            i += 1
-            if peek()[0] == "end":
-                raise SelectorError(f"requirement expected after ',' at position {pos}")
-        elif kind != "end":
-            raise SelectorError(f"',' expected at position {pos}, found {word!r}")
-    return Selector(tuple(reqs))
+        _check_key(word, pos)
+        self.i += 1
+        key, kpos = word, pos
+        kind, word, pos = self.peek()
+        if kind in (",", "end"):
+            return Requirement(key, "exists")
+        if kind == "op":
+            self.i += 1
+            return self.comparison(key, word)
+        if kind == "ident" and word in ("in", "notin"):
+            self.i += 1
+            return self.set_membership(key, word, kpos)
+        raise SelectorError(f"'=', '==', '!=', 'in', 'notin', ',' or end expected after key {key!r} at position {pos}")
+
+    def comparison(self, key: str, op: str) -> Requirement:
+        """``key=v``, ``key!=v``, ``key>3``, ``key<3`` (the operator already read)."""
+        vkind, value, vpos = self.peek()
+        if vkind == "ident":
+            self.i += 1
+        elif vkind in (",", "end") and op in ("=", "!="):
+            value = ""  # `a=` selects an empty value, as in Kubernetes
+        else:
+            raise SelectorError(f"label value expected after {op!r} at position {vpos}")
+        _check_value(value, vpos)
+        if op in ("gt", "lt"):
+            try:
+                int(value)
+            except ValueError:
+                raise SelectorError(f"'>' and '<' need an integer value at position {vpos}, got {value!r}") from None
+        return Requirement(key, op, (value,))
+
+    def set_membership(self, key: str, op: str, kpos: int) -> Requirement:
+        """``key in (a,b)`` / ``key notin (a)`` (``in``/``notin`` already read)."""
+        pk, _, ppos = self.peek()
+        if pk != "(":
+            raise SelectorError(f"'(' expected after {op!r} at position {ppos}")
+        self.i += 1
+        values = self.value_list()
+        if values == [""]:
+            raise SelectorError(f"{op!r} needs at least one value (key {key!r} at position {kpos})")
+        if len(set(values)) > MAX_IN_VALUES:
+            raise SelectorError(
+                f"{key} {op} (...) lists {len(set(values))} values; at most {MAX_IN_VALUES} per "
+                "request: split the labelSelector across several requests"
+            )
+        return Requirement(key, op, tuple(dict.fromkeys(values)))
+
+    def value_list(self) -> list[str]:
+        """The values up to and including ``)``; an empty slot is the empty value."""
+        values: list[str] = []
+        while True:
+            vk, vw, vpos = self.peek()
+            if vk == "ident":
+                _check_value(vw, vpos)
+                values.append(vw)
+                self.i += 1
+                vk, vw, vpos = self.peek()
+            elif vk in (",", ")"):
+                values.append("")  # `a in (x,)` includes the empty value
+            else:
+                raise SelectorError(f"value, ',' or ')' expected at position {vpos}")
+            self.i += 1
+            if vk == ")":
+                return values
+            if vk != ",":
+                raise SelectorError(f"',' or ')' expected at position {vpos}")

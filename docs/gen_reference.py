@@ -382,6 +382,10 @@ def policy_sections():
 
 
 def section_rows(cls, keys, example: dict[str, str], path: str):
+    """[key, type, default, allowed, description] per key; ``allowed`` comes from the checks
+    the field's annotation carries (forecaster.typedconfig), the ones the parser applies."""
+    from forecaster.typedconfig import constraint_text
+
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     docs = {**_field_comments(cls), **_docstring_fields(cls)}
@@ -390,9 +394,10 @@ def section_rows(cls, keys, example: dict[str, str], path: str):
         f = fields.get(k)
         desc = docs.get(k) or example.get(f"{path}.{k}", "")
         if f is None:
-            rows.append([code(k), "", "", desc])
+            rows.append([code(k), "", "", "", desc])
             continue
-        rows.append([code(k), _type_name(hints.get(k, f.type)), code(_default(f)), desc])
+        allowed = constraint_text(cls, k)
+        rows.append([code(k), _type_name(hints.get(k, f.type)), code(_default(f)), code(allowed) if allowed else "", desc])
     return rows
 
 
@@ -411,7 +416,11 @@ def page_config(title: str, intro: str, sections, module) -> str:
         doc = (inspect.getdoc(cls) or "").split("\n\n")[0]
         if doc and not doc.startswith(cls.__name__ + "("):
             out.append(" ".join(doc.split()) + "\n\n")
-        out.append(table(["key", "type", "default", "description"], section_rows(cls, keys, example, path)))
+        rows = section_rows(cls, keys, example, path)
+        if any(r[3] for r in rows):
+            out.append(table(["key", "type", "default", "allowed", "description"], rows))
+        else:  # nothing declares its checks in its annotations (yet): no empty column
+            out.append(table(["key", "type", "default", "description"], [r[:3] + r[4:] for r in rows]))
         out.append("\n")
     return "".join(out)
 

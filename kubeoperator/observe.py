@@ -57,7 +57,7 @@ class Shadow:
 
     hpa: HPA
     replicas: int
-    key: tuple = ()  # what the HPASpec was built from: rebuilt when the spec changes
+    key: object = ()  # the HPASpec it was built from: rebuilt when the spec changes
     last: Mapping[str, Any] = field(default_factory=dict)
 
 

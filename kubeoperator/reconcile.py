@@ -13,11 +13,19 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from forecaster.served import (MetricSettings, NoData, ServedValue, observed_now, served_cores, served_demand, served_demand_ratio,
-                             served_load_ratio)
+from forecaster.served import (
+    MetricSettings,
+    NoData,
+    ServedValue,
+    observed_now,
+    served_cores,
+    served_demand,
+    served_demand_ratio,
+    served_load_ratio,
+)
 from forecaster.store import Forecast
-from kubeoperator.observe import Capacity, Shadow, hpa_spec, observe_status, shadow_sync, slo_utilization
 from kubeoperator.checks import SpecError
+from kubeoperator.observe import Capacity, Shadow, hpa_spec, observe_status, shadow_sync, slo_utilization
 from kubeoperator.scaledobject import KedaTarget, desired_scaled_object, keda_hpa_name
 from kubeoperator.spec import AutoscalerSpec, MetricSpec, parse_autoscaler
 from replay.hpa import HPA
@@ -110,7 +118,8 @@ def metric_status(pa: AutoscalerSpec, m: MetricSpec, fc: Forecast | None, now: f
         out["forecastAgeSeconds"] = max(0, int(now - fc.generated_at))
     pods = (fc.meta if fc is not None else {}).get("ready_pods")
     try:
-        if m.type == "Resource" and pods is not None and not (fc.meta.get("cpu_request_cores", m.cpu_request_cores)):
+        if (m.type == "Resource" and pods is not None and fc is not None
+                and not fc.meta.get("cpu_request_cores", m.cpu_request_cores)):
             pods = None  # shown in cores, as before a request is known
         sv = served_value(pa, m, fc, now, pods, settings)
     except NoData as exc:
@@ -135,7 +144,8 @@ def prev_conditions(obj: Any) -> list[dict]:
     return [c for c in conds if isinstance(c, dict)] if isinstance(conds, list) else []
 
 
-def refused_object(obj: Any, err: SpecError, now: float, types: Sequence[str] = ("Ready", "Degraded")) -> tuple[dict, list[Event]]:
+def refused_object(obj: Any, err: SpecError, now: float,
+                   types: Sequence[str] = ("Ready", "Degraded")) -> tuple[dict, list[Event]]:
     """The status and Events of an object whose spec is refused (it is not reconciled: no
     trainer workload or pool, and an HPA an earlier generation made stays as it was). Its
     conditions give every problem with its field path; a Warning Event tells it once per
@@ -226,35 +236,12 @@ def reconcile_autoscaler(
     (scaler KEDA) finds foresight's scaler."""
     pa = parse_autoscaler(obj)
     prev = obj.get("status") or {}
-    per_metric = [metric_status(pa, m, None if store_error else forecasts.get(pa.series_id(m)), now, settings)
-                  for m in pa.metrics]
-    status: dict[str, Any] = {"observedGeneration": pa.generation, "mode": pa.mode, "metrics": per_metric}
+    fcs = {} if store_error else forecasts
+    per_metric = [metric_status(pa, m, fcs.get(pa.series_id(m)), now, settings) for m in pa.metrics]
     keda_acts = pa.mode == "Act" and pa.scaler == "KEDA"
-    # None: removed by the merge patch. With KEDA the HPA is KEDA's, named after the ScaledObject.
-    status["hpaName"] = (keda_hpa_name(pa) if keda_acts else pa.name) if pa.mode == "Act" else None
-    status["scaler"] = pa.scaler
-    status["scaledObjectName"] = pa.name if keda_acts else None
-    first = per_metric[0] if per_metric else {}
-    for k in ("model", "backtestError", "servedValue", "servedSource", "servedReason", "forecastAgeSeconds"):
-        if k in first:
-            status[k] = first[k]
-    fc = forecasts.get(pa.series_id(pa.metrics[0])) if pa.metrics and not store_error else None
-    if fc is not None:
-        status["forecastGeneratedAt"] = iso(fc.generated_at)
+    status = _status(pa, per_metric, fcs, keda_acts)
     status["conditions"] = _conditions(pa, per_metric, problems, warnings, store_error, prev.get("conditions") or [], now)
-    events = _events(prev.get("metrics") or [], per_metric)
-    was = next((c for c in prev.get("conditions") or [] if c.get("type") == "Ready"), {})
-    if problems and (was.get("reason") != "InvalidWorkload" or was.get("observedGeneration") != pa.generation):
-        # once per generation: the condition keeps saying it, an Event tells whoever applied it
-        events.insert(0, Event("Warning", "InvalidSpec", "; ".join(problems)[:1024]))
-    if prev.get("mode") and prev.get("mode") != pa.mode:
-        what = "ScaledObject" if pa.scaler == "KEDA" else "HPA"
-        events.append(Event("Normal", "ModeChanged", f"mode {prev['mode']} -> {pa.mode}" + (
-            f": the {what} is deleted, the workload's own scaling is left alone" if pa.mode == "Observe"
-            else f": the {what} is created from the same forecasts (no retrain)")))
-    if prev.get("scaler") and prev.get("scaler") != pa.scaler:
-        events.append(Event("Normal", "ScalerChanged", f"scaler {prev['scaler']} -> {pa.scaler}" + (
-            ": a KEDA ScaledObject replaces the HPA" if pa.scaler == "KEDA" else ": an HPA replaces the ScaledObject")))
+    events = _refused_event(pa, prev, problems) + _events(prev.get("metrics") or [], per_metric) + _change_events(pa, prev)
     hpa = desired_hpa(pa)
     # the ScaledObject of an earlier sync goes when this one does not act through KEDA
     drop_keda = prev.get("scaler") == "KEDA" and prev.get("scaledObjectName") is not None and not keda_acts
@@ -266,18 +253,63 @@ def reconcile_autoscaler(
             so = desired_scaled_object(pa, keda, quantity(pa.target_value), hpa["spec"]["behavior"], MANAGED_BY)
             return AutoscalerActions(hpa=None, status=status, events=events, scaled_object=so)
         return AutoscalerActions(hpa=hpa, status=status, events=events, delete_scaled_object=drop_keda)
-    fcs = {} if store_error else forecasts
     status["observe"] = observe = _observe(pa, hpa, fcs, prev.get("observe"), shadows if shadows is not None else {},
                                            capacity or Capacity(None, None), now, settings)
-    before = (prev.get("observe") or {}).get("wouldHaveReplicas")
-    if before != observe["wouldHaveReplicas"] or prev.get("mode") != "Observe":
-        actual = observe.get("actualReplicas", "unknown")
-        need = f", needs {observe['neededReplicas']}" if "neededReplicas" in observe else ""
-        events.append(Event("Normal", "WouldScale", f"the predictive HPA would ask for {observe['wouldHaveReplicas']} "
-                            f"replicas (was {before if before is not None else 'not observing'}); the workload has "
-                            f"{actual}{need}; under capacity: would-have {observe['underCapacityMinutes']['wouldHave']} "
-                            f"min, actual {observe['underCapacityMinutes']['actual']} min"))
+    events += _would_scale_events(prev, observe)
     return AutoscalerActions(hpa=None, status=status, events=events, delete_scaled_object=drop_keda)
+
+
+def _status(pa: AutoscalerSpec, per_metric: list[dict], forecasts: Mapping[str, Forecast | None],
+            keda_acts: bool) -> dict[str, Any]:
+    """The status without its conditions: per metric, and the first metric's at the top level."""
+    status: dict[str, Any] = {"observedGeneration": pa.generation, "mode": pa.mode, "metrics": per_metric}
+    # None: removed by the merge patch. With KEDA the HPA is KEDA's, named after the ScaledObject.
+    status["hpaName"] = (keda_hpa_name(pa) if keda_acts else pa.name) if pa.mode == "Act" else None
+    status["scaler"] = pa.scaler
+    status["scaledObjectName"] = pa.name if keda_acts else None
+    first = per_metric[0] if per_metric else {}
+    for k in ("model", "backtestError", "servedValue", "servedSource", "servedReason", "forecastAgeSeconds"):
+        if k in first:
+            status[k] = first[k]
+    fc = forecasts.get(pa.series_id(pa.metrics[0])) if pa.metrics else None
+    if fc is not None:
+        status["forecastGeneratedAt"] = iso(fc.generated_at)
+    return status
+
+
+def _refused_event(pa: AutoscalerSpec, prev: Mapping[str, Any], problems: Sequence[str]) -> list[Event]:
+    """A refused spec, once per generation: the condition keeps saying it, an Event tells whoever applied it."""
+    was: Mapping[str, Any] = next((c for c in prev.get("conditions") or [] if c.get("type") == "Ready"), {})
+    if problems and (was.get("reason") != "InvalidWorkload" or was.get("observedGeneration") != pa.generation):
+        return [Event("Warning", "InvalidSpec", "; ".join(problems)[:1024])]
+    return []
+
+
+def _change_events(pa: AutoscalerSpec, prev: Mapping[str, Any]) -> list[Event]:
+    """The mode or the scaler changed since the last sync."""
+    out: list[Event] = []
+    if prev.get("mode") and prev.get("mode") != pa.mode:
+        what = "ScaledObject" if pa.scaler == "KEDA" else "HPA"
+        out.append(Event("Normal", "ModeChanged", f"mode {prev['mode']} -> {pa.mode}" + (
+            f": the {what} is deleted, the workload's own scaling is left alone" if pa.mode == "Observe"
+            else f": the {what} is created from the same forecasts (no retrain)")))
+    if prev.get("scaler") and prev.get("scaler") != pa.scaler:
+        out.append(Event("Normal", "ScalerChanged", f"scaler {prev['scaler']} -> {pa.scaler}" + (
+            ": a KEDA ScaledObject replaces the HPA" if pa.scaler == "KEDA" else ": an HPA replaces the ScaledObject")))
+    return out
+
+
+def _would_scale_events(prev: Mapping[str, Any], observe: Mapping[str, Any]) -> list[Event]:
+    """Observe mode: one Event when the replicas the predictive HPA would ask for change."""
+    before = (prev.get("observe") or {}).get("wouldHaveReplicas")
+    if before == observe["wouldHaveReplicas"] and prev.get("mode") == "Observe":
+        return []
+    actual = observe.get("actualReplicas", "unknown")
+    need = f", needs {observe['neededReplicas']}" if "neededReplicas" in observe else ""
+    under = observe["underCapacityMinutes"]
+    return [Event("Normal", "WouldScale", f"the predictive HPA would ask for {observe['wouldHaveReplicas']} "
+                  f"replicas (was {before if before is not None else 'not observing'}); the workload has "
+                  f"{actual}{need}; under capacity: would-have {under['wouldHave']} min, actual {under['actual']} min")]
 
 
 def _observe(pa: AutoscalerSpec, hpa: Mapping, forecasts, prev_observe, shadows: dict, cap: Capacity, now: float,

@@ -25,9 +25,11 @@ import random
 import threading
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Annotated, Any, Mapping
 
 import numpy as np
+
+from forecaster.typedconfig import FORBID_EXTRA, Check, Number
 
 CONTAINER, POD = "container", "pod"
 START_KINDS = (CONTAINER, POD)
@@ -37,13 +39,33 @@ QUANTILES = (0.5, 0.9, 0.99)
 Triple = tuple[float, float, float]
 
 
+class _PercentilesMs(Check):
+    """A policy's ``[p50, p90, p99]`` in ms."""
+
+    def message(self, value: Any) -> str | None:
+        if not (isinstance(value, (list, tuple)) and len(value) == 3
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in value)):
+            return f"must be [p50, p90, p99] in ms (three numbers >= 0), got {value!r}"
+        if not value[0] <= value[1] <= value[2]:
+            return f"{list(value)!r} must be non-decreasing (p50 <= p90 <= p99)"
+        return None
+
+    def convert(self, value: Any) -> Triple:
+        return (float(value[0]), float(value[1]), float(value[2]))
+
+
+_Ms = Annotated[tuple[Number, Number, Number], _PercentilesMs()]
+
+
 @dataclass(frozen=True)
 class RuntimeProfile:
     """Seed container-start components (ms, as (p50, p90, p99)) of a runtime class."""
 
-    runtime_ms: Triple
-    image_ms: Triple
-    sandbox_ms: Triple
+    __pydantic_config__ = FORBID_EXTRA
+
+    runtime_ms: _Ms
+    image_ms: _Ms
+    sandbox_ms: _Ms
 
 
 @dataclass(frozen=True)
@@ -175,7 +197,8 @@ class ColdStartModel:
             for rc, prof in profiles.items():
                 self._seeds[(CONTAINER, rc)] = container_seed(prof, FROM_POLICY)
                 if rc not in _POD_MEASURED:
-                    self._seeds[(POD, rc)] = derived_pod_seed(self._seeds[(CONTAINER, rc)], NO_KATA if rc == "kata" else POD_DERIVED)
+                    source = NO_KATA if rc == "kata" else POD_DERIVED  # what the seed says it comes from
+                    self._seeds[(POD, rc)] = derived_pod_seed(self._seeds[(CONTAINER, rc)], source)
 
     def seed(self, kind: str, runtime_class: str) -> Seed:
         _check_kind(kind)

@@ -20,13 +20,20 @@ A pool's ``min_warm`` containers are exempt: the controller never expires below 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
+
+from forecaster.typedconfig import FORBID_EXTRA, Number, Range
 
 
 @dataclass(frozen=True)
 class IdleTTL:
-    initial_seconds: float = 120.0
-    decay: float = 0.15
-    floor_seconds: float = 0.0
+    """A pool's idle TTL (the policy's ``idle_ttl``; floor_seconds <= initial_seconds)."""
+
+    __pydantic_config__ = FORBID_EXTRA
+
+    initial_seconds: Annotated[Number, Range(0, lo_open=True)] = 120.0
+    decay: Annotated[Number, Range(0, 1, hi_open=True)] = 0.15
+    floor_seconds: Annotated[Number, Range(0)] = 0.0
 
     def ttl(self, k: int) -> float:
         """TTL handed to a container that becomes idle while the pool's counter is ``k``."""

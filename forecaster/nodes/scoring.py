@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Callable, Mapping
+from typing import Callable, ClassVar, Mapping
 
-from forecaster.errors import UserError
+from forecaster.errors import ConfigError
 from forecaster.nodes.inventory import NODE_MEMORY_PREFIX, NODE_PREFIX, ZONE_PREFIX, node_series_id
 from forecaster.served import demand_lag
 from forecaster.store import Forecast
@@ -39,18 +39,30 @@ NEUTRAL_SCORE = 5  # unknown node or stale forecast: neither preferred nor avoid
 GIB = float(2**30)
 
 
+def finite_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 @dataclass(frozen=True)
 class NodeScoreSettings:
-    """How node forecasts become placement decisions (shared by extender and warm pool).
+    """How node forecasts become placement decisions (shared by extender and warm pool; the
+    extender's ``SchedulerSettings`` extends it, so these defaults and checks are written once).
 
-    threshold: a node whose predicted CPU utilization exceeds this is filtered out ("hot").
+    threshold: predicted CPU utilization (0..1) above which a node is filtered out ("hot").
     memory_threshold: a node is filtered out for a pod when its predicted memory use plus the
-      pod's memory request exceeds this fraction of its allocatable memory.
-    horizon_seconds: the look-ahead window [now, now + horizon] whose max is the load.
+      pod's memory request would exceed this fraction of the node's allocatable memory (0.9:
+      keep 10% of allocatable as headroom for what the forecast misses; memory does not
+      throttle, it OOM-kills). Nodes without a fresh memory forecast are judged on CPU only.
+    horizon_seconds: look-ahead window; a node's load is the max of ``quantile`` over
+      [now, now + horizon] (and never below its last observed utilization).
     max_forecast_age_seconds: older forecasts are stale: neutral score, never filtered.
-    zone_weight: share of the zone's predicted CPU load in the combined load (0 = node only).
-    quantile: which published quantile is the load ("p90"; "mean" allowed).
+    zone_weight: share of the zone's predicted CPU load in a node's score (0 = node load only).
+    quantile: published quantile used as the load ("p90", or "mean").
     """
+
+    # the settings' name in errors, and the prefix of each problem's path
+    _what: ClassVar[str] = "node score settings"
+    _path: ClassVar[str] = ""
 
     threshold: float = 0.85
     horizon_seconds: float = 300.0
@@ -60,21 +72,27 @@ class NodeScoreSettings:
     memory_threshold: float = 0.9
 
     def __post_init__(self) -> None:
-        problems = []
-        for name in ("threshold", "memory_threshold"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and 0 < v <= 1):
-                problems.append(f"{name}: {v!r} must be a utilization in (0, 1]")
+        problems = self.problems()
+        if problems:
+            raise ConfigError(self._what, problems)
+
+    def problems(self) -> list[str]:
+        """Every invalid field, each with its path, what it must be and an example."""
+        p, out = self._path, []
+        if not (finite_number(self.threshold) and 0 < self.threshold <= 1):
+            out.append(f"{p}threshold: {self.threshold!r} must be a utilization in (0, 1], e.g. 0.85")
+        if not (finite_number(self.memory_threshold) and 0 < self.memory_threshold <= 1):
+            out.append(f"{p}memory_threshold: {self.memory_threshold!r} must be a fraction of allocatable "
+                       "memory in (0, 1], e.g. 0.9")
         for name in ("horizon_seconds", "max_forecast_age_seconds"):
             v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                problems.append(f"{name}: {v!r} must be a finite number > 0")
-        if not (isinstance(self.zone_weight, (int, float)) and 0 <= self.zone_weight <= 1):
-            problems.append(f"zone_weight: {self.zone_weight!r} must be in [0, 1]")
+            if not (finite_number(v) and v > 0):
+                out.append(f"{p}{name}: {v!r} must be a finite number > 0, e.g. 300")
+        if not (finite_number(self.zone_weight) and 0 <= self.zone_weight <= 1):
+            out.append(f"{p}zone_weight: {self.zone_weight!r} must be in [0, 1], e.g. 0.3")
         if not isinstance(self.quantile, str) or not (self.quantile == "mean" or self.quantile.startswith("p")):
-            problems.append(f"quantile: {self.quantile!r} must be 'mean' or a key like 'p90'")
-        if problems:
-            raise UserError("invalid node score settings: " + "; ".join(problems))
+            out.append(f"{p}quantile: {self.quantile!r} must be 'mean' or a key like 'p90'")
+        return out
 
 
 @dataclass(frozen=True)
@@ -209,7 +227,8 @@ def assess_one(fc: Forecast, now: float, s: NodeScoreSettings) -> tuple[str, flo
         return "stale", None, None, obs, f"forecast is stale ({age:.0f} s old > {s.max_forecast_age_seconds:g} s): neutral score"
     if fc.status == "fallback":
         if obs is None:
-            return "stale", None, None, None, f"series is on the fallback ({fc.reason or 'no reason'}) and nothing is observed: neutral score"
+            return ("stale", None, None, None,
+                    f"series is on the fallback ({fc.reason or 'no reason'}) and nothing is observed: neutral score")
         return "fallback", obs, None, obs, f"series is on the fallback ({fc.reason or 'no reason'}): using observed {obs:.2f}"
     pred = window_max(fc, now, s.horizon_seconds, s.quantile)
     if pred is None:
@@ -234,7 +253,8 @@ def with_memory(nl: NodeLoad, fc: Forecast | None, now: float, s: NodeScoreSetti
     and the reason why."""
     cpu_basis = "cpu" if nl.status in ("ok", "fallback") else "none"
     if fc is None:
-        return replace(nl, basis=cpu_basis, reason=nl.reason + f"; memory: no forecast for {NODE_MEMORY_PREFIX}{nl.node}: scored on CPU only")
+        return replace(nl, basis=cpu_basis,
+                       reason=nl.reason + f"; memory: no forecast for {NODE_MEMORY_PREFIX}{nl.node}: scored on CPU only")
     alloc = _finite_positive(fc.meta.get("memory_bytes"))
     status, load, _, _, why = assess_one(fc, now, s)
     if alloc is None:

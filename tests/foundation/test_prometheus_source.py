@@ -159,3 +159,42 @@ def test_times_and_durations_parse_rfc3339_and_unix_seconds():
     assert parse_duration("5m") == 300 and parse_duration("60s") == 60 and parse_duration(15) == 15
     with pytest.raises(SourceError):
         parse_time("yesterday")
+
+
+class _Answering(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[0,"7"]]}]}}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+def test_https_prometheus_is_verified_against_ca_file_and_an_unknown_ca_is_refused(tmp_path):
+    import ssl
+
+    from adapter.tls import write_ca, write_signed
+
+    ca_crt, _, ca_cert, ca_key = write_ca(tmp_path / "ca")
+    crt, key = write_signed(tmp_path / "ca", "prom", ca_cert, ca_key, cn="prometheus", client=False, sans=["127.0.0.1"])
+    other_ca, *_ = write_ca(tmp_path / "other", cn="someone-else")
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answering)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(crt, key)
+    httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"prometheus+https://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        assert list(PrometheusSource(url, ca_file=str(ca_crt)).fetch("up", 0, 0, 60)["value"]) == [7.0]
+        assert list(PrometheusSource(url, insecure_skip_verify=True).fetch("up", 0, 0, 60)["value"]) == [7.0]
+        with pytest.raises(SourceUnavailable):
+            PrometheusSource(url, ca_file=str(other_ca), retries=0).fetch("up", 0, 0, 60)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    with pytest.raises(SourceError, match="ca_file"):
+        PrometheusSource(url, ca_file=str(tmp_path / "missing.crt"))

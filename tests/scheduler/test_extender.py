@@ -354,6 +354,16 @@ def test_bad_scheduler_settings_list_every_problem_with_its_path():
     assert "scheduler.threshold" in text and "scheduler.zone_weight" in text and "scheduler.refresh_seconds" in text
 
 
+def test_scheduler_settings_share_the_node_scorings_defaults_and_checks():
+    from forecaster.nodes import NodeScoreSettings
+
+    assert SchedulerSettings().scoring() == NodeScoreSettings()
+    assert SchedulerSettings(zone_weight=0.5).scoring() == NodeScoreSettings(zone_weight=0.5)
+    with pytest.raises(ConfigError) as e:
+        SchedulerSettings(memory_threshold=True, horizon_seconds=float("inf"))
+    assert [p.split(":")[0] for p in e.value.problems] == ["scheduler.memory_threshold", "scheduler.horizon_seconds"]
+
+
 def test_extender_routes_are_documented_in_the_openapi_schema(store):
     client, _ = make_client(store)
     paths = client.get("/openapi.json").json()["paths"]

@@ -50,7 +50,7 @@ def test_every_problem_is_reported_at_once_with_its_path():
         "pools[0].idle_ttl.initial_seconds: 0",
         "pools[0].idle_ttl.decay: 1.5 must be in [0, 1)",
         "pools[0].idle_ttl.extra: unknown key",
-        "pools[0].template.command: must be a non-empty list",
+        "pools[0].template.command: must be a list, got str 'sleep'",
         "pools[0].template.resources.cpu: 'lots'",
         "pools[0].template.resources.gpu: unknown key",
     ]:
@@ -162,3 +162,15 @@ def test_a_pool_is_authorized_on_its_warmpool_objects_own_name():
     a = pool_attributes("claim", pool_id("shop", "checkout.v2"), "shop")
     assert (a.namespace, a.name, a.resource, a.verb) == ("shop", "checkout.v2", "warmpools", "claim")
     assert pool_attributes("get", "cluster-pool", "").name == "cluster-pool"  # the admin's policy: its own name
+
+
+def test_a_null_value_means_the_default_and_the_reference_shows_the_range_the_parser_enforces():
+    from forecaster.typedconfig import constraint_text
+    from warmpool.ttl import IdleTTL
+
+    pool = parse_policy(_doc(idle_ttl=None, min_warm=None, template={"image": None})).pools[0]
+    assert (pool.idle_ttl, pool.min_warm, pool.template.image) == (IdleTTL(), 0, "busybox")
+    assert constraint_text(IdleTTL, "decay") == "[0, 1)"  # what docs/reference/warmpool-policy.md prints
+    with pytest.raises(ConfigError) as ei:
+        parse_policy(_doc(idle_ttl={"decay": 1}))
+    assert ei.value.problems == ["pools[web].idle_ttl.decay: 1 must be in [0, 1)"]
