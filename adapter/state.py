@@ -26,6 +26,7 @@ from adapter.negcache import MissingNames
 from adapter.settings import CacheSettings
 from forecaster.predicted import metric_of_series
 from forecaster.receipt import ReceiptTimes
+from forecaster.served import prepare
 from forecaster.store import Forecast, ForecastStore, StoreError, StoreUnavailable
 
 log = logging.getLogger("foresight.adapter.state")
@@ -49,6 +50,15 @@ def _series_count(store: ForecastStore) -> int | None:
     """Number of live series, cheaply, or None when the store cannot tell."""
     fn = getattr(store, "count_series", None)
     return int(fn()) if callable(fn) else None
+
+
+def _prepare(fc: Forecast) -> None:
+    """forecaster.served.prepare, off the request path (this runs in the refresher for every
+    forecast it reads). A forecast it cannot prepare is still cached: serving it reports why."""
+    try:
+        prepare(fc)
+    except Exception:  # noqa: BLE001 - one odd forecast must not cost the rest of its batch
+        log.debug("could not prepare the forecast of %s", fc.series_id, exc_info=True)
 
 
 def labels_of(series_id: str, fc: Forecast | None, configured: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -267,6 +277,7 @@ class ForecastCache:
         if fc is not None:
             self._missing.discard(sid)
             fc = self.receipts.stamp(fc)
+            _prepare(fc)
         self._stamp(sid, fc, now)
         if fc is not None:
             declared = metric_of_series(sid)

@@ -3,6 +3,7 @@ stopping at the first (shared by forecaster.config and forecaster.workloads)."""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Mapping
 
@@ -44,12 +45,28 @@ class _Checker:
             names = "/".join(k.__name__ for k in kinds)
             self.add(p, f"must be {names}, got {type(v).__name__} {v!r}")
             return default
+        if float in kinds and isinstance(v, (int, float)) and not isinstance(v, bool) and not _finite(v):
+            # NaN passes every range check below and an int past float's range raises in it
+            self.add(p, f"must be a finite number, got {_short(v)}")
+            return default
         if check is not None:
             msg = check(v)
             if msg:
                 self.add(p, f"{v!r} {msg}")
                 return default
         return v
+
+
+def _finite(v: float) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
+def _short(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 80 else r[:77] + "..."
 
 
 def _positive(v) -> str | None:

@@ -92,7 +92,7 @@ class _Problems:
                 self.add(p, "is required")
             return None
         kinds = (int,) if integer else (int, float)
-        if isinstance(v, bool) or not isinstance(v, kinds) or not _finite(v):
+        if isinstance(v, bool) or not isinstance(v, kinds) or not _finite_number(v):
             self.add(p, f"must be {'an integer' if integer else 'a finite number'}, got {type(v).__name__} {_short(v)}")
             return None
         if (lo is not None and (v <= lo if lo_open else v < lo)) or (hi is not None and v > hi):
@@ -111,7 +111,7 @@ class _Problems:
             raise SpecError(self.items, QUERY_NOT_CONFINED if self.confinement else INVALID_SPEC)
 
 
-def _finite(v: float) -> bool:
+def _finite_number(v: float) -> bool:
     try:
         return math.isfinite(v)
     except OverflowError:  # an int past float's range: nothing downstream could use it
@@ -163,10 +163,38 @@ def check_autoscaler(obj: Any) -> dict[int, str]:
     serving = c.mapping(spec.get("serving"), "spec.serving")
     for key in ("targetValue", "sloUtilization"):  # read by the operator itself (the HPA, Observe mode)
         c.number(serving, key, "spec.serving", lo=0, lo_open=True, hi=10)
+    _finite(c, serving, "spec.serving", SERVING_NUMBERS, SERVING_NUMBER_LISTS)
     _behavior(c, c.mapping(spec.get("behavior"), "spec.behavior"))
     queries = _metrics(c, spec, ns)
     c.raise_if_any()
     return queries
+
+
+# Numbers the trainer's and the warm-pool controller's parsers range-check, but which must be
+# finite numbers in range of a float before they get there: a NaN passes every comparison and an
+# integer past float's range raises OverflowError where they are compared (found by
+# tests/tenancy/test_generated_config.py). Types and ranges stay with those parsers.
+SERVING_NUMBERS = ("violationWorthMinutes", "sloMinutesPerDay", "costCeiling", "historyDays", "modelMargin",
+                   "peakGapStates")
+SERVING_NUMBER_LISTS = ("headrooms", "holds")
+POOL_NUMBERS = ("minWarm", "maxWarm", "capacityPerContainer", "leadSeconds")
+POOL_NUMBER_PARTS = {"idleTTL": ("initialSeconds", "decay", "floorSeconds"),
+                     "idleModel": ("binSeconds", "priorScale", "priorPower", "priorWeight", "previousGapWeight"),
+                     "requestRate": ("concurrencyPerContainer",)}
+
+
+def _finite(c: _Problems, d: dict, path: str, keys: tuple[str, ...], lists: tuple[str, ...] = ()) -> None:
+    """Each number among ``keys`` (and in the lists ``lists``) is finite; other types are left
+    to the parser that reads the field, which names them."""
+    for key in keys:
+        v = d.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not _finite_number(v):
+            c.add(f"{path}.{key}", f"must be a finite number, got {_short(v)}")
+    for key in lists:
+        items = d.get(key)
+        for i, v in enumerate(items if isinstance(items, list) else ()):
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and not _finite_number(v):
+                c.add(f"{path}.{key}[{i}]", f"must be a finite number, got {_short(v)}")
 
 
 def _behavior(c: _Problems, b: dict) -> None:
@@ -254,6 +282,11 @@ def check_warmpool(obj: Any) -> None:
         c.mapping(spec.get(key), f"spec.{key}")
     rate = c.mapping(spec.get("requestRate"), "spec.requestRate")
     _own_series(c, rate, "spec.requestRate", ns)
+    _finite(c, spec, "spec", POOL_NUMBERS)
+    for key, parts in POOL_NUMBER_PARTS.items():
+        part = spec.get(key)
+        if isinstance(part, Mapping):
+            _finite(c, dict(part), f"spec.{key}", parts)
     c.raise_if_any()
 
 

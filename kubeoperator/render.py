@@ -158,7 +158,23 @@ def pool_spec_path(problem: str, pool: str) -> str:
     path = re.sub(r"\.([a-z_]+)", camel, path)
     if path == ".workload.name":
         path = ".workload"
+    # the other field of a rule across two (``must be <= max_warm (5)``) by the object's name too
+    # (a key in an example, ``{concurrency_per_container: 20}``, by its own name)
+    msg = _POOL_WORDS.sub(lambda m: _POOL_FIELDS[m.group(1)].rsplit(".", 1)[-1] + ":" if m.group(2)
+                          else _POOL_FIELDS[m.group(1)], msg)
     return f"spec{path}{sep}{msg}" if path else f"spec{sep}{msg}"
+
+
+# snake_case keys of the policy a message may name -> the WarmPool's field; only those with a '_'
+# (a plain word such as ``name`` or ``demand`` in a message is English as often as a key)
+_POOL_FIELDS = {
+    **{k: f"spec.{re.sub(r'_([a-z])', lambda x: x.group(1).upper(), k)}" for k in (
+        "min_warm", "max_warm", "capacity_per_container", "lead_seconds", "runtime_class")},
+    "idle_ttl": "spec.idleTTL", "request_rate": "spec.requestRate", "idle_model": "spec.idleModel",
+    "initial_seconds": "spec.idleTTL.initialSeconds", "floor_seconds": "spec.idleTTL.floorSeconds",
+    "concurrency_per_container": "spec.requestRate.concurrencyPerContainer",
+}
+_POOL_WORDS = re.compile(r"\b(" + "|".join(sorted(_POOL_FIELDS, key=len, reverse=True)) + r")\b(:?)")
 
 
 def render_warmpool_policy(base: Mapping[str, Any] | None, pools: Iterable[WarmPoolSpec]) -> Rendered:

@@ -47,7 +47,8 @@ def _cli_logging_ends_with_the_test():
 # other suites run meanwhile instead of waiting behind the first build.
 BUILDS = {"adapter/test_authz_apiserver.py": ("build.sh",), "chart": ("build.sh", "build_helm.sh"),
           "e2e": ("build.sh",), "node": ("build.sh", "build_helm.sh", "build_images.sh", "build_gvisor.sh"),
-          "operator": ("build.sh",), "thanos": ("build_thanos.sh",), "warmpool/test_claim_authz_apiserver.py": ("build.sh",)}
+          "operator": ("build.sh",), "tenancy/test_hostile_tenant.py": ("build.sh",), "thanos": ("build_thanos.sh",),
+          "warmpool/test_claim_authz_apiserver.py": ("build.sh",)}
 _prebuild = None
 
 
