@@ -25,7 +25,12 @@ class BelowObserved(ValueError):
 
 
 def _num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an integer past float's range
+        return False
 
 
 def _whole(v: Any, lo: int, hi: int) -> bool:

@@ -21,7 +21,8 @@ T = TypeVar("T")
 
 
 def _got(v: Any) -> str:
-    return f"got {type(v).__name__} {v!r}"
+    text = repr(v)
+    return f"got {type(v).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
 class Check:
@@ -131,6 +132,8 @@ class _Strict:
     def __get_pydantic_core_schema__(self, source: Any, handler: Callable[[Any], Any]) -> Any:
         schema = handler(source)
         schema["strict"] = True
+        if schema.get("type") == "float":  # YAML's .nan and .inf are floats too
+            schema["allow_inf_nan"] = False
         return schema
 
 
@@ -185,6 +188,8 @@ def problem(err: Any, root: type, path: Callable[[tuple[Any, ...]], str]) -> str
     loc, kind, value = tuple(err["loc"]), err["type"], err.get("input")
     if kind == "foresight_check":
         return f"{path(loc)}: {err['msg']}"
+    if kind == "missing" and loc and isinstance(loc[-1], int):  # a fixed-length list came short
+        return f"{path(loc[:-1])}: too few items (item [{loc[-1]}] is missing; see the documented length)"
     if kind == "missing":
         return f"{path(loc)}: is required"
     if kind in ("unexpected_keyword_argument", "extra_forbidden"):

@@ -266,17 +266,11 @@ def test_a_non_finite_number_in_any_field_of_the_workloads_file_is_refused_on_th
     assert _refusals(_config_problems(parse_config), doc) == []
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "forecaster/servingpolicy.py _num: math.isfinite(10**400) raises OverflowError for an integer in a serving list "
-    "(headrooms); reported, not fixed here (forecaster/serving*.py is another change's)"))
 def test_an_integer_past_floats_range_in_a_serving_list_is_refused_on_that_item():
     doc = put(WORKLOADS, ("workloads", 0, "serving", "headrooms"), [1.0, 1.5])
     assert _refusals(_config_problems(parse_config), doc, only="headrooms") == []
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "warmpool/policy.py accepts NaN and infinities (lead_seconds: .inf, capacity_per_container: .nan) and raises "
-    "OverflowError on an integer past float's range; reported, not fixed here (the policy is moving to pydantic)"))
 def test_a_non_finite_number_in_any_field_of_the_warm_pool_policy_is_refused_on_that_field():
     assert _refusals(_config_problems(parse_policy), POLICY) == []
 
