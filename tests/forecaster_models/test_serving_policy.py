@@ -11,7 +11,7 @@ import pytest
 from forecaster.served import MetricSettings, served_cores, served_load_ratio
 from forecaster.config import parse_config
 from forecaster.errors import ConfigError
-from forecaster.serving import POLICY_VERSION, ServingPolicy, ServingSettings, choose_policy
+from forecaster.serving import DEFAULT_VIOLATION_WORTH_MINUTES, POLICY_VERSION, ServingPolicy, ServingSettings, choose_policy
 from forecaster.servingscore import (as_slices, clairvoyant_cost, exposure, held_floor, lead_bases, peak_gaps, sync_exposure,
                                      violation_minutes)
 from forecaster.store import Forecast, MemoryForecastStore, make_forecast
@@ -38,7 +38,7 @@ def test_a_calm_series_gets_no_headroom_and_a_bursty_one_pays_for_headroom():
     assert pol.headroom >= 1.2  # ceil(12 / 0.7) = 18 pods carry the 16-core bursts at 90%
     assert "SLO-violation minutes" in pol.reason and "SLO of 2 violation minutes a day" in pol.reason and pol.costs
     priced = choose_policy(bursts, last, {"p50": last.copy()}, 1.0, ServingSettings())
-    assert priced.headroom >= 1.2 and "worth 30 minutes of the whole workload" in priced.reason
+    assert priced.headroom >= 1.2 and f"worth {DEFAULT_VIOLATION_WORTH_MINUTES:g} minutes of the whole workload" in priced.reason
     cheap = choose_policy(bursts, last, {"p50": last.copy()}, 1.0, ServingSettings(violation_worth_minutes=0))
     assert cheap.headroom == 1.0  # violations worth nothing and no SLO: the fewest pods win
 
