@@ -93,7 +93,7 @@ def refresh_benchmark(frame: pd.DataFrame, n_series: int = 1000, fit_series: int
     ``n_series`` ids, then time ONE refresh round of all of them from new data (one new
     point each, last 14 days of history passed in, published to the in-memory store)."""
     from forecaster.frames import regularize, series_arrays
-    from forecaster.store import MemoryForecastStore
+    from core.store import MemoryForecastStore
     from forecaster.training import Trainer
 
     arrays = [(sid, ts[-4032:], v[-4032:]) for sid, ts, v in series_arrays(regularize(frame, 300))]

@@ -33,11 +33,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from core.store import quantile_key
 from forecaster.models import Model, ModelError, clean_history, get_model
 from forecaster.models.base import season_length
 from forecaster.models.combo import Combination
 from forecaster.models.guard import EVIDENCE_Z, MAX_MOVE_SCALES, MOVE_GROWTH, GuardSpec, LeadGuarded, lead_guard, seasonal_moves
-from forecaster.store import quantile_key
 
 DEFAULT_CANDIDATES = (
     "persistence",

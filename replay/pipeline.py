@@ -28,10 +28,10 @@ from typing import Mapping
 
 import numpy as np
 
+from core.store import Forecast, MemoryForecastStore
 from forecaster.config import SourceConfig, TrainingConfig
 from forecaster.models import Model
 from forecaster.serving import ServingSettings
-from forecaster.store import Forecast, MemoryForecastStore
 from forecaster.training import Trainer, step_workload
 
 __all__ = ["PipelineConfig", "ProductionFeed", "fleet_globals"]

@@ -21,7 +21,7 @@ from pathlib import Path
 from tests.astparse import parse
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ["forecaster", "adapter", "warmpool", "replay", "kubeoperator", "foresight"]
+PRODUCT = ["core", "forecaster", "adapter", "warmpool", "replay", "kubeoperator", "foresight"]
 OUTSIDE = ["bench", "tests"]
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

@@ -15,7 +15,7 @@ from forecaster.served import MetricSettings
 from adapter.settings import AdapterSettings
 from forecaster.config import TrainingConfig, load_config
 from forecaster.sources.prometheus import open_source
-from forecaster.store import RedisForecastStore
+from core.store import RedisForecastStore
 from forecaster.schedule import train_once, trainer_from_config
 from foresight.cli import main
 from replay.pipeline import PipelineConfig, ProductionFeed
