@@ -84,9 +84,6 @@ class ProductionFeed:
         self.fit_cpu_seconds = 0.0  # process CPU of the steps that retrained (fit + that refresh)
         self.refresh_cpu_seconds = 0.0  # and of the other steps (refresh only)
 
-    def publish_times(self) -> np.ndarray:
-        return self.ts[self.origins] + self.delay
-
     def advance(self, t: float) -> bool:
         """Run the trainer steps due by ``t``; True when something new was published."""
         moved = False
