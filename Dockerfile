@@ -14,6 +14,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY requirements/app.txt ./requirements/app.txt
 COPY foresight ./foresight
+COPY core ./core
 COPY forecaster ./forecaster
 COPY adapter ./adapter
 COPY warmpool ./warmpool

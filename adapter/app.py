@@ -28,7 +28,7 @@ from adapter.hotpath import HotPath
 from adapter.responses import status_body, status_response  # noqa: F401 - re-exported for callers
 from adapter.routes import dashboard, external_metrics, forecasts, health
 from adapter.settings import AdapterSettings, ObservedDirectSettings
-from forecaster.store import ForecastStore, StoreError
+from core.store import ForecastStore, StoreError
 
 log = logging.getLogger("foresight.adapter")
 
@@ -81,11 +81,11 @@ def create_app(
     too old. ``authenticator``/``authorizer``: TokenReview and SubjectAccessReview (delegated
     to the API server; adapter/authz.py). ``scheduler_routes=False`` when the scheduler
     extender is served on its own port instead (``create_scheduler_app``). ``pod_watch``:
-    (forecaster.kubeclient.KubeClient, configured workloads[, directory shared by the replica's
+    (core.kubeclient.KubeClient, configured workloads[, directory shared by the replica's
     workers: one of them watches, adapter/podshare.py]) to divide the ratio by the ready pods the HPA counts now
     (adapter/readypods.py) instead of the trainer's published count; with it, ``observe_view``
     also lists the PredictiveAutoscalers for their Observe-mode lines (adapter/observemode.py)."""
-    from forecaster.store import MemoryForecastStore
+    from core.store import MemoryForecastStore
 
     settings = settings or AdapterSettings()
     store = store if store is not None else MemoryForecastStore()

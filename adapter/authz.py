@@ -6,14 +6,14 @@ As in Kubernetes' own aggregated API servers (k8s.io/apiserver's delegating auth
 - a SubjectAccessReview per request says whether they may: the HPA controller may read the
   metrics of every namespace, a person only those their RBAC allows.
 
-The reviews and their cache are shared with the warm pool (forecaster/accessreview.py);
+The reviews and their cache are shared with the warm pool (core/accessreview.py);
 ``request_attributes`` maps each adapter path onto the attributes RBAC rules are written against.
 """
 
 from __future__ import annotations
 
 from adapter.responses import GROUP, PREFIX, VERSION
-from forecaster.accessreview import (
+from core.accessreview import (
     Attributes,
     Authenticator,
     Authorizer,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from adapter.factory import DEFAULT_STORE, build_app, build_settings
-from forecaster.errors import UserError
+from core.errors import UserError
 from forecaster.timing import TIMING
 
 log = logging.getLogger("foresight.adapter")
@@ -267,7 +267,7 @@ def start_scheduler_port(opts: dict[str, Any], host: str, certfile: str | None, 
     """The scheduler extender on its own port, in a thread of this (the supervising) process."""
     from adapter.app import create_scheduler_app
     from adapter.server import serve_in_thread
-    from forecaster.store import open_store
+    from core.store import open_store
 
     settings, url = build_settings(opts)
     app = create_scheduler_app(settings, open_store(url))
@@ -298,7 +298,7 @@ def run(args: argparse.Namespace) -> int:
     scheme = "http" if args.plain_http else "https"
     auth = ("on, delegated (TokenReview + SubjectAccessReview)" if opts["delegated_auth"] else "on") if (
         settings.auth.enabled or opts["delegated_auth"]) else "off (anyone who can reach the port can read)"
-    from forecaster.store import redact_url
+    from core.store import redact_url
 
     fallback = "observed-direct from the config's source" if opts["observed_direct"] and args.config else "none (503)"
     print(f"foresight serve: {scheme}://{args.host}:{args.port} store={redact_url(url)} workers={args.workers} "

@@ -20,10 +20,10 @@ from adapter.selectors import SelectorError, parse_selector
 from adapter.settings import METRIC_CORES, METRICS, AdapterSettings
 from adapter.state import NAME_KEYS, ForecastCache
 from adapter.telemetry import AdapterMetrics, ForecastAgeCollector
+from core.receipt import ReceiptTimes
+from core.store import Forecast, ForecastStore, StoreError, StoreUnavailable
 from forecaster.predicted import served_names
-from forecaster.receipt import ReceiptTimes
 from forecaster.served import NoData, ServedValue, served_cores, served_load_ratio
-from forecaster.store import Forecast, ForecastStore, StoreError, StoreUnavailable
 
 
 class AdapterCore:

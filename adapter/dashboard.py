@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 from adapter.dashboard_svg import BAND_COLOR, BAND_OPACITY, OBSERVED_COLOR, ChartInput, chart_svg, legend_html, unit_of
 from adapter.dashboard_text import policy_sentence
 from adapter.settings import METRIC_CORES, METRIC_LOAD_RATIO
-from forecaster.store import Forecast
+from core.store import Forecast
 
 __all__ = ["BAND_COLOR", "BAND_OPACITY", "OBSERVED_COLOR", "ago", "render_dashboard"]
 

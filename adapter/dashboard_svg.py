@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from forecaster.store import Forecast
+from core.store import Forecast
 
 OBSERVED_COLOR = "#1f77b4"
 BAND_COLOR = "#ff7f0e"

@@ -16,9 +16,9 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from core.store import Forecast, StoreError, StoreUnavailable
 from forecaster.predicted import metric_series_id, served_metric, served_names
 from forecaster.served import NoData, ServedValue, served_demand, served_demand_ratio
-from forecaster.store import Forecast, StoreError, StoreUnavailable
 
 if TYPE_CHECKING:  # pragma: no cover
     from adapter.core import AdapterCore

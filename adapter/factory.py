@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from forecaster.errors import UserError
+from core.errors import UserError
 from forecaster.timing import TIMING
 
 __all__ = ["DEFAULT_STORE", "build_app", "build_auth", "build_demand", "build_ready_pods", "build_settings"]
@@ -95,7 +95,7 @@ def build_auth(opts: dict[str, Any]):
     if not opts.get("delegated_auth"):
         return None, None
     from adapter.authz import SubjectAccessReviewAuthorizer, TokenReviewAuthenticator
-    from forecaster.kubeclient import KubeClient
+    from core.kubeclient import KubeClient
 
     kube = KubeClient.connect(opts.get("kubeconfig"))
     ttl = float(opts.get("review_cache_seconds", 10.0))
@@ -111,7 +111,7 @@ def build_ready_pods(opts: dict[str, Any]):
     mode = opts.get("ready_pods", "auto")
     if mode == "published":
         return None
-    from forecaster.kubeclient import KubeClient
+    from core.kubeclient import KubeClient
 
     if opts.get("kubeconfig"):
         kube = KubeClient.from_kubeconfig(opts["kubeconfig"])
@@ -133,7 +133,7 @@ def build_ready_pods(opts: dict[str, Any]):
 
 def build_app(opts: dict[str, Any]):
     from adapter.app import create_app
-    from forecaster.store import open_store
+    from core.store import open_store
 
     settings, url = build_settings(opts)
     demand, od = build_demand(opts)

@@ -11,7 +11,7 @@ from urllib.parse import parse_qsl, unquote
 from adapter.authz import Attributes, Authenticator, Authorizer, KubeUnavailable, User, request_attributes
 from adapter.core import AdapterCore
 from adapter.responses import send_json, status_body
-from forecaster.store import StoreError
+from core.store import StoreError
 
 log = logging.getLogger("foresight.adapter")
 _UNSEEN = object()

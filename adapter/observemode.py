@@ -54,7 +54,7 @@ class ObserveView:
         return self._view.get(series_id)
 
     def refresh(self) -> None:
-        from forecaster.kubeclient import KubeUnavailable
+        from core.kubeclient import KubeUnavailable
 
         try:
             body = self.kube.list_autoscalers()

@@ -6,7 +6,7 @@ import io
 import threading
 from datetime import datetime, timezone
 
-from forecaster.store import Forecast
+from core.store import Forecast
 
 _LOCK = threading.Lock()  # pyplot state is global
 

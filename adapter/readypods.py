@@ -11,7 +11,7 @@ the scale-ups a predictive autoscaler is for.
 ReplicaSet), the number of pods matching the workload's own selector with phase Running and the
 Ready condition True, from one list + watch of pods (the list paged, ``page_size`` pods a page
 with ``limit`` and ``continue``; the watch resumed from the list's resourceVersion, relisted on 410
-Gone; all through forecaster/kubeclient.py) and the workloads' selectors (re-read every ``resync_seconds``). ``count`` is a dict
+Gone; all through core/kubeclient.py) and the workloads' selectors (re-read every ``resync_seconds``). ``count`` is a dict
 read: a workload it does not know yet is queued for a resolver thread that reads its selector at
 once, so a request never waits on the API server. Until the first list has completed, until a
 new workload is resolved, or for a workload whose object cannot be read, it answers None and the
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from adapter.quantity import parse_quantity
-from forecaster.kubeclient import POD_PAGE_SIZE
+from core.kubeclient import POD_PAGE_SIZE
 
 log = logging.getLogger("foresight.adapter.readypods")
 
@@ -141,7 +141,7 @@ class _State:
 class PodWatch:
     """Ready pods per workload from a list + watch of pods (see the module doc).
 
-    kube: a ``forecaster.kubeclient.KubeClient``; workloads: a callable returning series id ->
+    kube: a ``core.kubeclient.KubeClient``; workloads: a callable returning series id ->
     (namespace, kind, name), re-read at every resync; page_size: pods per page of the list.
     """
 
@@ -257,7 +257,7 @@ class PodWatch:
         return ((obj or {}).get("spec") or {}).get("selector") or None
 
     def _run(self) -> None:
-        from forecaster.kubeclient import KubeGone
+        from core.kubeclient import KubeGone
 
         rv = None
         while not self._stop.is_set():

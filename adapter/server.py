@@ -120,7 +120,7 @@ def uvicorn_kwargs(host: str, port: int, certfile: str | None, keyfile: str | No
         # nothing reads the client's address or scheme, so X-Forwarded-* is not parsed per request
         proxy_headers=False,
     )
-    from forecaster.logs import uvicorn_log_config
+    from core.logs import uvicorn_log_config
 
     log_config = uvicorn_log_config()  # --log-format json: uvicorn's lines (and its workers') as JSON too
     if log_config is not None:

@@ -24,10 +24,10 @@ from typing import Callable, Mapping
 
 from adapter.negcache import MissingNames
 from adapter.settings import CacheSettings
+from core.receipt import ReceiptTimes
+from core.store import Forecast, ForecastStore, StoreError, StoreUnavailable
 from forecaster.predicted import metric_of_series
-from forecaster.receipt import ReceiptTimes
 from forecaster.served import prepare
-from forecaster.store import Forecast, ForecastStore, StoreError, StoreUnavailable
 
 log = logging.getLogger("foresight.adapter.state")
 
@@ -93,7 +93,7 @@ class ForecastCache:
         receipts: ReceiptTimes | None = None,
     ) -> None:
         self.store = store
-        # forecast ages on this process's clock, not the writer's (forecaster/receipt.py)
+        # forecast ages on this process's clock, not the writer's (core/receipt.py)
         self.receipts = receipts or ReceiptTimes()
         self.settings = settings
         self.clock = clock

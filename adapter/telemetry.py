@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from core.store import Forecast
 from forecaster.served import ServedValue
-from forecaster.store import Forecast
 
 if TYPE_CHECKING:
     from adapter.core import AdapterCore

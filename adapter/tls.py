@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from forecaster.errors import UserError
+from core.errors import UserError
 
 
 def _new_key():

@@ -70,8 +70,8 @@ def serving_policy() -> dict:
 def publish_forecasts(store, start: int, stop: int, now: float) -> None:
     from tqdm import tqdm
 
+    from core.store import make_forecast
     from forecaster.servingscore import OBSERVED_POINTS
-    from forecaster.store import make_forecast
 
     policy = serving_policy()
     for i in tqdm(range(start, stop), desc=f"publishing forecasts {start}..{stop}", mininterval=2):
@@ -301,7 +301,7 @@ def main(argv=None) -> int:
         if not stack.have(b):
             print(f"{b} is missing: run `make deps` (Debian packages)", file=sys.stderr)
             return 2
-    from forecaster.store import RedisForecastStore
+    from core.store import RedisForecastStore
 
     stop_on_sigterm()
     out = results_dir(args)

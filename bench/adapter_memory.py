@@ -66,7 +66,7 @@ def publish(url: str, workloads: int, threads: int = 4) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     from bench.adapter_load import publish_forecasts
-    from forecaster.store import RedisForecastStore
+    from core.store import RedisForecastStore
 
     writer = RedisForecastStore(url, ttl_seconds=24 * 3600)
     now = time.time()
@@ -81,7 +81,7 @@ def publish(url: str, workloads: int, threads: int = 4) -> None:
 def run(workloads: int, unknown: int, negative_max: int) -> dict:
     from adapter.app import create_app
     from adapter.settings import AdapterSettings, CacheSettings
-    from forecaster.store import RedisForecastStore
+    from core.store import RedisForecastStore
     from tests import stack
 
     warmup = 2 * negative_max  # past the negative cache's maximum: what follows is its steady state

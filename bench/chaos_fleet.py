@@ -48,7 +48,7 @@ FORECAST_FACTOR = 1.2  # the stand-in forecasts' level over the true demand
 
 def publish_forecasts(redis_url: str, n: int, now: float) -> None:
     """One flat forecast per workload at FORECAST_FACTOR x its true demand (the trainer's stand-in)."""
-    from forecaster.store import make_forecast, open_store
+    from core.store import make_forecast, open_store
 
     store = open_store(redis_url)
     for i in range(n):

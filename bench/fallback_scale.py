@@ -252,7 +252,7 @@ def build_core(config: Path, path: str, ttl: float, wait: float):
     from adapter.core import AdapterCore
     from adapter.factory import build_demand, build_settings
     from adapter.fallback import ObservedDirect
-    from forecaster.store import open_store
+    from core.store import open_store
 
     settings, store_url = build_settings({"config": str(config)})
     reader, _ = build_demand({"config": str(config)})

@@ -47,8 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import add_quick_args, results_dir, save_json  # noqa: E402
 from bench.trainer_freshness import load_bases, rss_bytes  # noqa: E402
+from core.store import MemoryForecastStore  # noqa: E402
 from forecaster.engines.local import LocalEngine  # noqa: E402
-from forecaster.store import MemoryForecastStore  # noqa: E402
 from forecaster.training import Trainer, fit_item  # noqa: E402
 
 STEP = 300.0
@@ -189,7 +189,7 @@ def redis_bench(fc_sample, n: int = 3000) -> dict | None:
         return None
     from dataclasses import replace
 
-    from forecaster.store import open_store
+    from core.store import open_store
 
     srv = stack.start_redis()
     try:

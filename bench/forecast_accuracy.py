@@ -52,7 +52,7 @@ import pandas as pd  # noqa: E402
 
 from bench.common import add_quick_args, cpu_files, results_dir, save_json  # noqa: E402
 from bench.forecast_rows import (  # noqa: E402
-    BEFORE_GUARD, FIRST_GUARD, NO_LIVE, NO_SEASON, WITH_GLOBAL, WITH_GLOBAL_MODELS, auto_variants, candidate_set_costs,
+    BEFORE_GUARD, FIRST_GUARD, NO_LIVE, NO_SEASON, WITH_GLOBAL, WITH_GLOBAL_MODELS, auto_rows, candidate_set_costs,
     guard_table, guard_tables_by_population, h1_ratios, live_report, print_guard_table, tail_stats,
 )
 from bench.replay_all import in_part  # noqa: E402  (the one tune/holdout split of the benchmarks)
@@ -93,7 +93,7 @@ def refresh_benchmark(frame: pd.DataFrame, n_series: int = 1000, fit_series: int
     ``n_series`` ids, then time ONE refresh round of all of them from new data (one new
     point each, last 14 days of history passed in, published to the in-memory store)."""
     from forecaster.frames import regularize, series_arrays
-    from forecaster.store import MemoryForecastStore
+    from core.store import MemoryForecastStore
     from forecaster.training import Trainer
 
     arrays = [(sid, ts[-4032:], v[-4032:]) for sid, ts, v in series_arrays(regularize(frame, 300))]
@@ -221,8 +221,8 @@ def main(argv=None) -> int:
     cands = DEFAULT_CANDIDATES
     quick = {"eval_days": 1.0, "train_days": 3.0} if args.quick else {}
     with_global = set(WITH_GLOBAL_MODELS) <= set(models)
-    variants = auto_variants(cands, args.guard_grid, with_global) if "auto" in models else ()
-    settings = BacktestSettings(selection=SelectionSettings(candidates=cands), auto_variants=variants, **quick)
+    extra = auto_rows(cands, args.guard_grid, with_global) if "auto" in models else None
+    settings = BacktestSettings(selection=SelectionSettings(candidates=cands), extra_rows=extra, **quick)
     print(f"{n_series} series ({args.part}) from {', '.join(str(f) for f in cpu_files(args.quick))}; models: {', '.join(models)}; auto candidates: {', '.join(cands)}")
     t0 = time.perf_counter()
     run = run_backtest(frame, models, settings, progress=True, lstm_params={"epochs": args.lstm_epochs}, jobs=args.jobs)

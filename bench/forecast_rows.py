@@ -26,24 +26,24 @@ def grid_name(z: float, move: float) -> str:
     return f"auto_grid_z{z:g}_move{move:g}"
 
 
-def auto_variants(cands, grid: bool = False, with_global: bool = False) -> tuple:
-    """The benchmark-only rows of auto (``BacktestSettings.auto_variants``); with ``grid`` also
-    one row per point of GUARD_GRID, with ``with_global`` the WITH_GLOBAL row (its candidates
-    as the trainer expands ``models: [auto, lstm, prophet]``)."""
-    from forecaster.models.guard import fixed_z_lead_guard, lead_guard
+def auto_rows(cands, grid: bool = False, with_global: bool = False):
+    """The benchmark-only rows of auto (bench/auto_rows.py); with ``grid`` also one row per
+    point of GUARD_GRID, with ``with_global`` the WITH_GLOBAL row (its candidates as the trainer
+    expands ``models: [auto, lstm, prophet]``)."""
+    from bench.auto_rows import AutoRows, Row, fixed_z_lead_guard
     from forecaster.selection import SelectionSettings
     from forecaster.training import expand_models
 
-    rows = ((BEFORE_GUARD, SelectionSettings(candidates=cands, lead_guard=False), None),
-            (FIRST_GUARD, SelectionSettings(candidates=cands), fixed_z_lead_guard),
-            (NO_SEASON, SelectionSettings(candidates=cands), lead_guard),  # called without support
-            (NO_LIVE, SelectionSettings(candidates=cands), None))
+    rows = (Row(BEFORE_GUARD, SelectionSettings(candidates=cands, lead_guard=False)),
+            Row(FIRST_GUARD, SelectionSettings(candidates=cands), fixed_z_lead_guard),
+            Row(NO_SEASON, SelectionSettings(candidates=cands), seasonal_support=False),
+            Row(NO_LIVE, SelectionSettings(candidates=cands)))
     if with_global:
-        rows += ((WITH_GLOBAL, SelectionSettings(candidates=expand_models(WITH_GLOBAL_MODELS)[0]), None),)
+        rows += (Row(WITH_GLOBAL, SelectionSettings(candidates=expand_models(WITH_GLOBAL_MODELS)[0])),)
     if grid:
-        rows += tuple((grid_name(z, m), SelectionSettings(candidates=cands, lead_evidence_z=z, lead_max_move=m), None)
+        rows += tuple(Row(grid_name(z, m), SelectionSettings(candidates=cands, lead_evidence_z=z, lead_max_move=m))
                       for z, m in GUARD_GRID)
-    return rows
+    return AutoRows(rows)
 
 
 def h1_ratios(rows: pd.DataFrame, model: str = "auto") -> pd.DataFrame:

@@ -197,7 +197,7 @@ def startup_seconds(states: list, runs: int = 3) -> dict:
     mods = sorted(restored_modules(states) | {"redis"})
     code = ("import time; t = time.perf_counter(); import foresight.cli; foresight.cli.build_parser(); "
             "from forecaster.config import load_config; from forecaster.sources.prometheus import open_source; "
-            "from forecaster.store import open_store; from forecaster.schedule import run_schedule; "
+            "from core.store import open_store; from forecaster.schedule import run_schedule; "
             + "".join(f"import {m}; " for m in mods) + "print(time.perf_counter() - t)")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     walls, imports = [], []

@@ -375,7 +375,7 @@ def experiment(quick: bool, work: Path | None = None, start: str | None = None, 
     """Everything on one node; returns the raw run (bench.real_node_report summarises it).
     ``ramp``: the short synthetic run (``ramp_plan``) instead of the trace."""
     from bench.real_node_stack import HPA_SYNC_SECONDS, Foresight, start_node
-    from forecaster.store import open_store
+    from core.store import open_store
     from tests.cluster.backfill import backfill, counter_samples, deploy_prometheus, history_labels
 
     if ramp:

@@ -143,7 +143,7 @@ def _answers_path(url: str) -> bool:
 def measure_claims(cp, node, handler: str, kind: str, claims: int) -> dict[str, list[float]]:
     """Seconds from POST claim to the first answer through the Service (``served``) and at the
     pod's address (``pod``), ``claims`` times, and the API's own answer time; ``kind``: warm or cold."""
-    from forecaster.store import MemoryForecastStore
+    from core.store import MemoryForecastStore
     from warmpool.backends.kubernetes import KubernetesBackend
     from warmpool.controller import Controller
 

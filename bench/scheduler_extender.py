@@ -55,8 +55,8 @@ def create_bench_app():
     from adapter.scheduler import SchedulerSettings, register_scheduler_routes
     from adapter.scheduler.podrequest import pod_memory_request
     from adapter.scheduler.protocol import BadExtenderArgs, error_body, parse_extender_args
+    from core.store import RedisForecastStore
     from forecaster.nodes import NEUTRAL_SCORE, NODE_MEMORY_PREFIX, NODE_PREFIX, ZONE_PREFIX, assess_nodes, score_for_pod
-    from forecaster.store import RedisForecastStore
 
     store = RedisForecastStore(os.environ["FORESIGHT_BENCH_REDIS"])
     settings = SchedulerSettings()
@@ -108,7 +108,7 @@ def publish_nodes(redis_url: str, n: int) -> list[str]:
     import numpy as np
     from tqdm import tqdm
 
-    from forecaster.store import RedisForecastStore, make_forecast
+    from core.store import RedisForecastStore, make_forecast
 
     store = RedisForecastStore(redis_url)
     rng = np.random.default_rng(7)

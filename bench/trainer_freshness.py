@@ -386,7 +386,7 @@ def parse_args(argv):
 
 
 def open_store(args):
-    from forecaster.store import MemoryForecastStore, RedisForecastStore
+    from core.store import MemoryForecastStore, RedisForecastStore
 
     if not args.redis:
         return MemoryForecastStore(), None

@@ -34,7 +34,7 @@ BATCH = 20
 def measure(runtime: str, n: int):
     from tqdm import tqdm
 
-    from forecaster.store import MemoryForecastStore
+    from core.store import MemoryForecastStore
     from warmpool.backends.crun import CrunBackend, probe
     from warmpool.controller import Controller
     from warmpool.policy import parse_policy

@@ -383,8 +383,8 @@ def policy_sections():
 
 def section_rows(cls, keys, example: dict[str, str], path: str):
     """[key, type, default, allowed, description] per key; ``allowed`` comes from the checks
-    the field's annotation carries (forecaster.typedconfig), the ones the parser applies."""
-    from forecaster.typedconfig import constraint_text
+    the field's annotation carries (core.typedconfig), the ones the parser applies."""
+    from core.typedconfig import constraint_text
 
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}

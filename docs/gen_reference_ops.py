@@ -9,7 +9,7 @@ import ast
 from gen_reference_md import HEADER, ROOT, code, table
 
 # Packages whose source defines what the processes export; scanned for metrics.
-METRIC_PACKAGES = ("adapter", "warmpool", "forecaster", "kubeoperator", "foresight")
+METRIC_PACKAGES = ("adapter", "warmpool", "core", "forecaster", "kubeoperator", "foresight")
 METRIC_CALLS = {"Counter": "counter", "Gauge": "gauge", "Histogram": "histogram", "Summary": "summary",
                 "GaugeMetricFamily": "gauge", "CounterMetricFamily": "counter",
                 "HistogramMetricFamily": "histogram"}

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from forecaster.store import quantile_key
+from core.store import quantile_key
 
 
 def pinball(y: np.ndarray, q_pred: np.ndarray, q: float) -> np.ndarray:

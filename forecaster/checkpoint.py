@@ -48,7 +48,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from forecaster.errors import UserError
+from core.errors import UserError
 from forecaster.models.base import Model
 
 log = logging.getLogger(__name__)

@@ -81,9 +81,9 @@ def run_history(args: argparse.Namespace) -> int:
 
 
 def run_nodes(args: argparse.Namespace) -> int:
+    from core.store import open_store
     from forecaster.nodes import NodeForecastSettings, run_nodes_schedule, train_nodes_once
     from forecaster.sources.prometheus import PrometheusSource
-    from forecaster.store import open_store
 
     src = PrometheusSource(args.source, bearer_token_file=args.bearer_token_file, ca_file=args.ca_file)
     store = open_store(args.store)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from core.errors import UserError
 from forecaster.engine import add_engine_arguments, engine_from_args
-from forecaster.errors import UserError
 
 DEFAULT_BACKTEST_MODELS = "auto,persistence,seasonal_naive,moving_average,ets,ar,ar_log,prophet,lstm"
 log = logging.getLogger(__name__)
@@ -213,10 +213,10 @@ def _safe(name: str) -> str:
 
 
 def run_train_cmd(args) -> int:
+    from core.store import open_store
     from forecaster.config import load_config
     from forecaster.schedule import run_schedule, train_once, trainer_from_config
     from forecaster.sources.prometheus import open_source
-    from forecaster.store import open_store
 
     config = load_config(args.config)
     key = None

@@ -60,10 +60,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
+from core.errors import ConfigError
+from core.typedconfig import read_yaml
 from forecaster.configcheck import _Checker, _positive
-from forecaster.errors import ConfigError
 from forecaster.serving import ServingSettings
 from forecaster.workloads import (  # re-exported: the config's public names
     DEFAULT_CPU_REQUEST_QUERY,
@@ -80,7 +79,7 @@ from forecaster.workloads import (  # re-exported: the config's public names
 __all__ = [
     "Config", "SourceConfig", "StoreConfig", "TrainingConfig", "WorkloadConfig", "CapacityConfig", "MetricSeries",
     "DEFAULT_CPU_REQUEST_QUERY", "DEFAULT_DEMAND_QUERY", "DEFAULT_READY_PODS_QUERY", "WORKLOAD_KINDS",
-    "parse_config", "load_config", "read_yaml",
+    "parse_config", "load_config",
 ]
 
 
@@ -233,19 +232,6 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
     if c.problems:
         raise ConfigError(source, c.problems)
     return Config(source=source_cfg, store=store_cfg, training=training_cfg, workloads=tuple(workloads), serving=serving_cfg)
-
-
-def read_yaml(path: str | Path) -> Any:
-    """Read a YAML file for a config parser; unreadable or non-YAML files are a ConfigError."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(str(path), [f"cannot read the file: {exc.strerror}"]) from exc
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(str(path), [f"not valid YAML: {exc}"]) from exc
 
 
 def load_config(path: str | Path) -> Config:

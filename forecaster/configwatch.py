@@ -34,8 +34,8 @@ class ConfigWatch:
 
     def changed(self):
         """The new Config when the file changed and parses, else None."""
+        from core.errors import UserError
         from forecaster.config import load_config
-        from forecaster.errors import UserError
 
         data, digest = self._read()
         if digest is None or digest == self._digest:

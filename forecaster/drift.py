@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from forecaster.errors import UserError
+from core.errors import UserError
 
 __all__ = ["DriftSettings", "DriftDecision", "LiveSkill"]
 

@@ -16,9 +16,8 @@
   is persistence's.
 
 Every model at an origin is fitted once; its forecasts feed both its own row and ``auto``
-(and the rows of ``BacktestSettings.auto_variants``, which are the selection's forecasts
-without the live check). The metrics are in
-``forecaster.backtest_metrics``.
+(and the rows of ``BacktestSettings.extra_rows``: a benchmark's other selections, scored on the
+same fits). The metrics are in ``forecaster.backtest_metrics``.
 Global models (LSTM) are trained once per run on each series' data before its first origin.
 """
 
@@ -26,15 +25,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
 from forecaster.backtest_metrics import metrics_rows, pinball, summarize  # noqa: F401 (re-exported)
-from forecaster.models import Model, ModelError, clean_history, get_model
+from forecaster.models import Model, ModelError, Prediction, clean_history, get_model
 from forecaster.models.base import season_length
 from forecaster.selection import (
-    DEFAULT_CANDIDATES,
+    CandidateResult,
     SelectionSettings,
     build_model,
     choose,
@@ -46,6 +45,23 @@ from forecaster.training import GLOBAL_MODELS
 RESULT_COLUMNS = ["series_id", "model", "h", "mae", "mase", "pinball_p90", "coverage_p90"]
 
 
+class ExtraRows(Protocol):
+    """Rows besides ``auto`` scored at every origin on the same candidate fits: what a benchmark
+    sets beside the shipped selection (bench/auto_rows.py). The product's backtest has none."""
+
+    candidates: Sequence[str]  # fitted at every origin besides auto's candidates, each once
+
+    def predict(self, fits: Mapping[str, CandidateResult], actual: Any, scale: Any, y: np.ndarray,
+                ts: np.ndarray | None, fallback: Model, horizon: int,
+                quantiles: Sequence[float]) -> dict[str, tuple[Prediction, float]]:
+        """Row name -> (its forecast at this origin, the seconds it cost). ``fits``: the
+        candidates evaluated on the origin's training data (``model`` None where one failed;
+        empty when the data is too short: then ``fallback``, persistence fitted on it, is what
+        auto serves); ``actual`` and ``scale``:
+        their validation truth and MASE scale, as ``forecaster.selection.choose`` takes them."""
+        ...
+
+
 @dataclass(frozen=True)
 class BacktestSettings:
     eval_days: float = 7.0
@@ -54,11 +70,7 @@ class BacktestSettings:
     horizon: int = 12
     quantiles: tuple[float, ...] = (0.5, 0.9)
     selection: SelectionSettings = field(default_factory=SelectionSettings)
-    # more rows of ``auto`` from the same candidate fits: (row name, selection settings, guard
-    # rule or None), e.g. the benchmark's earlier guard rules side by side; a row whose settings
-    # name other candidates (e.g. auto's plus the global LSTM) chooses among those, each fitted
-    # once per origin like auto's
-    auto_variants: tuple = ()
+    extra_rows: ExtraRows | None = None  # a benchmark's rows beside auto (``ExtraRows``)
 
 
 def naive_scale(train: np.ndarray) -> float:
@@ -146,28 +158,26 @@ def _fit_predict_all(
         out[name] = (p.mean, dict(p.quantiles))
         tm[name] = tm.get(name, 0.0) + time.perf_counter() - t0 + (r.seconds if r is not None else 0.0)
     chosen, auto_fit = "persistence", None
-    if auto_candidates is not None:
-        # auto last: the variants' models may share fitted candidates with it, and auto's model
-        # goes on to be refreshed by the live replay with its own shift and calibration
-        variants = tuple(settings.auto_variants) + (("auto", settings.selection, None),)
-        for name, sel, rule in variants:
-            t0 = time.perf_counter()
-            # a row with its own candidate set (e.g. the default plus the global LSTM) chooses
-            # among those fits; the others among auto's
-            names = auto_candidates if name == "auto" or sel.candidates == settings.selection.candidates else sel.candidates
-            sub = [by_name[c] for c in names if c in by_name and by_name[c].model is not None]
-            if short or not sub:
-                p = fallback.predict(H, qs)
-                if name == "auto":
-                    auto_fit = AutoFit(fallback, None, np.full(H, np.nan), True)
-            else:
-                p, best, m = _auto_predict(sub, actual, scale, sel, rule, yc, tsc, H, qs)
-                if name == "auto":
-                    chosen, auto_fit = best.name, AutoFit(m, best.score, best.mase_by_h * scale, False)
+    if auto_candidates is None:
+        return out, chosen, auto_fit
+    if settings.extra_rows is not None:
+        # before auto: their rows may share fitted candidates with it, and auto's model goes on
+        # to be refreshed by the live replay with its own shift and calibration
+        fits = {} if short else by_name
+        for name, (p, seconds) in settings.extra_rows.predict(fits, actual, scale, yc, tsc, fallback, H, qs).items():
             out[name] = (p.mean, dict(p.quantiles))
-            # a row of auto costs its candidates' fits plus the choice on top
-            tm[name] = tm.get(name, 0.0) + time.perf_counter() - t0 + sum(
-                by_name[c].seconds for c in names if c in by_name)
+            tm[name] = tm.get(name, 0.0) + seconds
+    t0 = time.perf_counter()
+    sub = [by_name[c] for c in auto_candidates if c in by_name and by_name[c].model is not None]
+    if short or not sub:
+        p = fallback.predict(H, qs)
+        auto_fit = AutoFit(fallback, None, np.full(H, np.nan), True)
+    else:
+        p, best, m = _auto_predict(sub, actual, scale, settings.selection, yc, tsc, H, qs)
+        chosen, auto_fit = best.name, AutoFit(m, best.score, best.mase_by_h * scale, False)
+    out["auto"] = (p.mean, dict(p.quantiles))
+    # auto costs its candidates' fits plus the choice on top
+    tm["auto"] = tm.get("auto", 0.0) + time.perf_counter() - t0 + sum(by_name[c].seconds for c in auto_candidates if c in by_name)
     return out, chosen, auto_fit
 
 
@@ -181,34 +191,15 @@ class AutoFit:
     fallback: bool  # the fit itself fell back to persistence (short or flat history)
 
 
-def _auto_predict(sub, actual, scale, sel, rule, yc, tsc, H, qs):
+def _auto_predict(sub, actual, scale, sel, yc, tsc, H, qs):
     """``auto``'s forecast from already-evaluated candidates, as selection serves it; also
     the chosen entry and its fitted model."""
-    _, best = choose(sub, actual, scale, sel, _guard_rule=rule)
+    _, best = choose(sub, actual, scale, sel)
     m = build_model(best, sub)  # standalone rows already predicted with its parts
     m.set_bias(best.shift)
     m.calibrate(conformal_offsets(actual - best.means, qs))  # means include the shift
     m.update(yc, tsc)
     return m.predict(H, qs), best, m
-
-
-def backtest_series(
-    series_id: str,
-    timestamps: np.ndarray,
-    values: np.ndarray,
-    models: Sequence[str | Model],
-    settings: BacktestSettings = BacktestSettings(),
-    auto: bool = True,
-    auto_candidates: Sequence[str] = DEFAULT_CANDIDATES,
-    timings: dict[str, float] | None = None,
-) -> list[OriginForecasts]:
-    """Walk forward over one series. ``models`` are names or prototypes (fitted global models
-    are passed as prototypes). Returns the forecasts at every origin."""
-    t0 = time.perf_counter()
-    out = _backtest_timed(series_id, timestamps, values, list(models), settings, auto, auto_candidates, {})
-    if timings is not None:
-        timings["fit_predict_seconds"] = timings.get("fit_predict_seconds", 0.0) + time.perf_counter() - t0
-    return out
 
 
 # --- whole-dataset runner (``foresight backtest`` and bench/forecast_accuracy.py) ----------
@@ -320,10 +311,10 @@ def _grid_step(frame) -> float:
 
 
 def _all_candidates(settings: BacktestSettings) -> list[str]:
-    """The candidates of ``auto`` and of every row in ``auto_variants``, each once."""
+    """The candidates of ``auto`` and of the extra rows, each once."""
     out = list(settings.selection.candidates)
-    for _, sel, _ in settings.auto_variants:
-        out.extend(c for c in sel.candidates if c not in out)
+    if settings.extra_rows is not None:
+        out.extend(c for c in settings.extra_rows.candidates if c not in out)
     return out
 
 
@@ -339,13 +330,11 @@ def _backtest_timed(sid, ts, v, protos, settings, auto, auto_cands, per_model_ti
     season = season_length(ts)
     by_name = {(p if isinstance(p, str) else p.name): p for p in protos}
     cand_names = [c for c in auto_cands if c in by_name or c != "lstm"]
-    # auto's candidates (``backtest_series`` may name others than its settings) and those of
-    # the rows with their own set
+    # auto's candidates and those of the extra rows
     for c in [*cand_names, *_all_candidates(settings)] if auto else ():
         if c in by_name or c not in GLOBAL_MODELS:  # a global model is fitted once, up front
             by_name.setdefault(c, c)
     wanted = [p if isinstance(p, str) else p.name for p in protos]
-    rows = {name for name, _, _ in settings.auto_variants} if auto else set()
     train_pts = int(round(settings.train_days * season))
     replay = None
     if auto:
@@ -372,7 +361,8 @@ def _backtest_timed(sid, ts, v, protos, settings, auto, auto_cands, per_model_ti
             steps = np.column_stack([served[:, 0], truth, served[:, 1], served[:, 2]])
             refits = replay.refits - before
             per_model_time["live_check_replay"] = per_model_time.get("live_check_replay", 0.0) + time.perf_counter() - t0
-        fc = {k: v for k, v in fc.items() if k in wanted or k.startswith("auto") or k in rows}
+        # a candidate's own row only when asked for; auto's and the extra rows always
+        fc = {k: v for k, v in fc.items() if k in wanted or k not in by_name}
         out.append(OriginForecasts(o, y[o + 1 : o + 1 + settings.horizon], naive_scale(tr_y), fc, chosen,
                                    recent=y[max(0, o - 35) : o + 1], live_fallback=fell_back, steps=steps,
                                    refits=refits))

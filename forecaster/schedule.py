@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from forecaster.breaker import CircuitOpen
+from core.breaker import CircuitOpen
 from forecaster.checkpoint import CheckpointDir
 from forecaster.configwatch import ConfigWatch, fleet_settings
 from forecaster.fitqueue import InlineFits, ThreadFits, fit_priority  # noqa: F401 - part of this module's API
@@ -32,7 +32,7 @@ from forecaster.handover import Stop, load_rings, save_rings
 from forecaster.history import HistoryCache, frame_arrays
 from forecaster.models import ModelError
 from forecaster.predicted import capacity_per_pod
-from forecaster.store import ForecastStore
+from core.store import ForecastStore
 from forecaster.workloads import READINGS_HINT
 from forecaster.timing import demand_lag_seconds
 from forecaster.training import Trainer, fit_item, step_workload
@@ -45,7 +45,7 @@ __all__ = ["train_once", "run_schedule", "TrainScheduler", "ThreadFits", "Inline
 
 def _log_failure(sid: str, exc: BaseException) -> None:
     """One workload's failure: a warning, unless it failed fast in an outage its circuit
-    breaker has already logged once (forecaster/breaker.py), not once per workload per step."""
+    breaker has already logged once (core/breaker.py), not once per workload per step."""
     (log.debug if isinstance(exc, CircuitOpen) else log.warning)("%s: %s", sid, exc)
 
 

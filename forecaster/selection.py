@@ -33,11 +33,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from core.store import quantile_key
 from forecaster.models import Model, ModelError, clean_history, get_model
 from forecaster.models.base import season_length
 from forecaster.models.combo import Combination
 from forecaster.models.guard import EVIDENCE_Z, MAX_MOVE_SCALES, MOVE_GROWTH, GuardSpec, LeadGuarded, lead_guard, seasonal_moves
-from forecaster.store import quantile_key
 
 DEFAULT_CANDIDATES = (
     "persistence",
@@ -244,7 +244,6 @@ def choose(
     scale: float,
     settings: SelectionSettings = SelectionSettings(),
     last: np.ndarray | None = None,
-    _guard_rule=None,
 ) -> tuple[list[CandidateResult], CandidateResult]:
     """Best of the candidates and (if ``combine``) of the equal-weight pairs of candidates,
     with its lead steps guarded (``lead_guard``; needs ``last``, the value at each validation
@@ -255,9 +254,7 @@ def choose(
     bursty CPU series AR and moving averages are pulled up by spikes). The shift is part of
     the choice and travels with the chosen model (``Model.set_bias``, or inside the guard).
     ``pool`` holds every entry's unguarded score; the returned best carries the guarded
-    validation forecasts and score, which is what is served. ``_guard_rule`` (private: the
-    benchmark's side-by-side of an earlier rule) replaces ``lead_guard`` with a callable taking
-    (actual, means, last, scale, lead_steps) and returning (spec, guarded means)."""
+    validation forecasts and score, which is what is served."""
     ok = [r for r in results if r.model is not None]
     if not ok:
         raise ModelError("every candidate failed: " + "; ".join(f"{r.name}: {r.error}" for r in results))
@@ -281,13 +278,10 @@ def choose(
     # one candidate = a model the user named: served as configured (the live check still applies)
     guarded = settings.lead_guard and settings.lead_steps > 0 and len(results) > 1
     if guarded and lv is not None and best.name != "persistence":
-        if _guard_rule is None:
-            seasonal = next((r for r in results if r.support is not None), None)
-            spec, gm = lead_guard(actual, best.means, lv, scale, settings.lead_steps, settings.lead_evidence_z,
-                                  settings.lead_max_move, settings.lead_move_growth,
-                                  support=seasonal and seasonal.support, season=seasonal.season if seasonal else 0)
-        else:
-            spec, gm = _guard_rule(actual, best.means, lv, scale, settings.lead_steps)
+        seasonal = next((r for r in results if r.support is not None), None)
+        spec, gm = lead_guard(actual, best.means, lv, scale, settings.lead_steps, settings.lead_evidence_z,
+                              settings.lead_max_move, settings.lead_move_growth,
+                              support=seasonal and seasonal.support, season=seasonal.season if seasonal else 0)
         mase = _colmean(np.abs(actual - gm)) / scale
         best = CandidateResult(best.name, best.model, gm, mase, float(np.sum(w * mase) / wsum),
                                shift=None, last=lv, guard=spec, inner_shift=best.shift)

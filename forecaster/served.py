@@ -41,11 +41,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from core.store import Forecast
 from forecaster.leadwindow import window_max_one
 from forecaster.serving import ServingPolicy
 from forecaster.servingpolicy import BelowObserved
 from forecaster.servingscore import peak_gap
-from forecaster.store import Forecast
 from forecaster.timing import TIMING
 
 __all__ = [

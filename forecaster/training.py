@@ -38,6 +38,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from core.store import Forecast, ForecastStore, make_forecast
 from forecaster.checkpoint import GLOBAL_ID, CheckpointDir, restore, shared_objects
 from forecaster.drift import DriftSettings, LiveSkill
 from forecaster.models import Model, ModelError, get_model
@@ -46,7 +47,6 @@ from forecaster.predicted import capacity_per_pod
 from forecaster.selection import DEFAULT_CANDIDATES, SelectionSettings, select_and_fit
 from forecaster.serving import ServingPolicy, ServingSettings, policy_from_model
 from forecaster.servingscore import OBSERVED_POINTS
-from forecaster.store import Forecast, ForecastStore, make_forecast
 
 log = logging.getLogger(__name__)
 

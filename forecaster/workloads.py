@@ -200,7 +200,7 @@ def parse_serving(c: _Checker, raw: Any, quantiles: tuple[float, ...], path: str
     ServingSettings.problems, every problem under ``path``."""
     from dataclasses import replace
 
-    from forecaster.store import quantile_key
+    from core.store import quantile_key
 
     keys = {f.name for f in fields(ServingSettings)}
     if isinstance(raw, Mapping) and "violation_cost_pods" in raw:

@@ -35,8 +35,8 @@ COMMAND_MODULES = [
 ]
 
 
-from forecaster.errors import UserError as CommandError  # noqa: E402  (one error type for all parts)
-from forecaster.logs import FORMATS, configure as configure_logging  # noqa: E402
+from core.errors import UserError as CommandError  # noqa: E402  (one error type for all parts)
+from core.logs import FORMATS, configure as configure_logging  # noqa: E402
 
 LOG_FORMAT_HELP = "log lines as text (default) or JSON, one object per line on stderr"
 

@@ -221,7 +221,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_demo_app(args: argparse.Namespace) -> int:
-    from forecaster.errors import UserError
+    from core.errors import UserError
 
     settings = DemoAppSettings(host=args.host, port=args.port, cpu_ms_per_request=args.cpu_ms_per_request,
                                workers=args.workers, queue=args.queue, grace_seconds=args.grace_seconds,
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command")
     register(sub)
     args = parser.parse_args(["demo-app", *(sys.argv[1:] if argv is None else argv)])
-    from forecaster.errors import UserError
+    from core.errors import UserError
     try:
         return args.func(args)
     except UserError as exc:

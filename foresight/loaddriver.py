@@ -50,7 +50,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Sequence
 
-from forecaster.errors import UserError
+from core.errors import UserError
 
 ALLOWED_NETWORKS = tuple(ipaddress.ip_network(n) for n in
                          ("127.0.0.0/8", "::1/128", "198.18.0.0/16", "198.19.0.0/16"))

@@ -189,7 +189,7 @@ class Forecasting:
     def refresh_all(self) -> list:
         import numpy as np
 
-        from forecaster.store import make_forecast
+        from core.store import make_forecast
 
         now = time.time()
         published = []
@@ -281,7 +281,7 @@ def _start_keda(args, srv):
     --keda-client-ca`` is the deployed form)."""
     from adapter.cli import is_loopback
     from adapter.keda.server import start_keda_server
-    from forecaster.errors import UserError
+    from core.errors import UserError
 
     if not is_loopback(args.host):
         raise UserError(f"--keda-port with --host {args.host}: foresight up serves the scaler without client "
@@ -335,9 +335,9 @@ def _run_until_stopped(args, fc: Forecasting, board, clock: Clock, last: float, 
 def run_up(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from forecaster.errors import UserError
+    from core.errors import UserError
+    from core.store import open_store, redact_url
     from forecaster.sources.csv import read_long_csv
-    from forecaster.store import open_store, redact_url
 
     if args.speed <= 0:
         raise UserError(f"--speed must be > 0 (got {args.speed})")

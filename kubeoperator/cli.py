@@ -48,8 +48,8 @@ def run(args) -> int:
     import signal
     import threading
 
+    from core.store import open_store
     from forecaster.served import MetricSettings
-    from forecaster.store import open_store
     from kubeoperator.kube import KubeApi
     from kubeoperator.runner import Operator, OperatorSettings
     from kubeoperator.scaledobject import KedaTarget

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from forecaster.served import MetricSettings, NoData, observed_now
-from forecaster.store import Forecast
+from core.store import Forecast
 from forecaster.timing import TIMING
 from kubeoperator.spec import AutoscalerSpec
 from replay.hpa import (HPA, HPASpec, ScalingPolicy, ScalingRules, external_value_proposal, milli,

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from core.store import Forecast
 from forecaster.served import (
     MetricSettings,
     NoData,
@@ -23,7 +24,6 @@ from forecaster.served import (
     served_demand_ratio,
     served_load_ratio,
 )
-from forecaster.store import Forecast
 from kubeoperator.checks import SpecError
 from kubeoperator.observe import Capacity, Shadow, hpa_spec, observe_status, shadow_sync, slo_utilization
 from kubeoperator.scaledobject import KedaTarget, desired_scaled_object, keda_hpa_name

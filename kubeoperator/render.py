@@ -22,8 +22,8 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from core.errors import ConfigError
 from forecaster.config import parse_config
-from forecaster.errors import ConfigError
 from kubeoperator.spec import SERVING_FIELDS, AutoscalerSpec, WarmPoolSpec
 
 Key = tuple[str, str]  # (namespace, name) of a custom resource

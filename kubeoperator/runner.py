@@ -18,8 +18,8 @@ from typing import Any, Callable
 
 import yaml
 
+from core.store import ForecastStore, StoreError
 from forecaster.served import MetricSettings
-from forecaster.store import ForecastStore, StoreError
 from kubeoperator.checks import SpecError
 from kubeoperator.kube import KubeApi, KubeError
 from kubeoperator.observe import Capacity

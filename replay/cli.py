@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from core.errors import UserError
 from forecaster.engine import add_engine_arguments, engine_from_args
-from forecaster.errors import UserError
 from forecaster.timing import TIMING
 
 DEFAULT_MODES = "reactive,predictive,oracle"
@@ -61,9 +61,9 @@ def _pipeline(args):
     with the two documented overrides."""
     from dataclasses import replace
 
+    from core.store import quantile_key
     from forecaster.config import TrainingConfig, load_config
     from forecaster.serving import ServingSettings
-    from forecaster.store import quantile_key
     from forecaster.training import expand_models
     from replay.pipeline import PipelineConfig
 

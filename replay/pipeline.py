@@ -28,10 +28,10 @@ from typing import Mapping
 
 import numpy as np
 
+from core.store import Forecast, MemoryForecastStore
 from forecaster.config import SourceConfig, TrainingConfig
 from forecaster.models import Model
 from forecaster.serving import ServingSettings
-from forecaster.store import Forecast, MemoryForecastStore
 from forecaster.training import Trainer, step_workload
 
 __all__ = ["PipelineConfig", "ProductionFeed", "fleet_globals"]
@@ -83,9 +83,6 @@ class ProductionFeed:
         self._pub_times: list[float] = []
         self.fit_cpu_seconds = 0.0  # process CPU of the steps that retrained (fit + that refresh)
         self.refresh_cpu_seconds = 0.0  # and of the other steps (refresh only)
-
-    def publish_times(self) -> np.ndarray:
-        return self.ts[self.origins] + self.delay
 
     def advance(self, t: float) -> bool:
         """Run the trainer steps due by ``t``; True when something new was published."""

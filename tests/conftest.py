@@ -29,7 +29,7 @@ def _cli_logging_ends_with_the_test():
     test's captured stderr, which pytest then closes: every later warning through it prints a
     "Logging error" traceback instead. A real process's stderr stays open, so the handler goes
     with the test that installed it."""
-    from forecaster.logs import _HANDLER_NAME
+    from core.logs import _HANDLER_NAME
 
     root = logging.getLogger()
     before, level = list(root.handlers), root.level

@@ -94,7 +94,7 @@ class Guard:
         cannot answer the review."""
         from fastapi import HTTPException
 
-        from forecaster.kubeclient import KubeUnavailable
+        from core.kubeclient import KubeUnavailable
 
         if self.authorizer is None:
             return True

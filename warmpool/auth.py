@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from forecaster.errors import UserError
+from core.errors import UserError
 
 OPEN_PATHS = frozenset({"/healthz"})
 TOKEN_FILE_USER = "token-file"  # the prefix of a bare token's identity: token-file:<fingerprint>
@@ -54,7 +54,7 @@ class ReviewUnavailable(Exception):
 
 def token_user(token: bytes, name: str = "", groups: tuple[str, ...] = ()):
     """The identity of one token-file line (a name that never reveals the token)."""
-    from forecaster.accessreview import User
+    from core.accessreview import User
 
     return User(name or f"{TOKEN_FILE_USER}:{hashlib.sha256(token).hexdigest()[:12]}", groups)
 
@@ -107,7 +107,7 @@ class TokenFile:
         self._stamp = stamp
 
     def lookup(self, token: str):
-        """The identity of ``token`` (``forecaster.accessreview.User``), or None."""
+        """The identity of ``token`` (``core.accessreview.User``), or None."""
         with self._lock:
             self._load()
             tokens = self._tokens
@@ -125,7 +125,7 @@ class TokenFile:
 def certificate_user(peercert: dict | None):
     """The identity in a verified client certificate (``ssl.SSLSocket.getpeercert()``): the
     subject's commonName as the user, its organizationNames as the groups; None without one."""
-    from forecaster.accessreview import User
+    from core.accessreview import User
 
     if not peercert:
         return None
@@ -162,10 +162,10 @@ class Authenticator:
         return self.identify(authorization).name
 
     def identify(self, authorization: str | None, peer=None):
-        """The caller (``forecaster.accessreview.User``: name and groups, what a SubjectAccessReview asks
+        """The caller (``core.accessreview.User``: name and groups, what a SubjectAccessReview asks
         about): the bearer token's identity when one is sent, else the verified client
         certificate's (``peer``, see ``certificate_user``) when those are accepted."""
-        from forecaster.accessreview import User
+        from core.accessreview import User
 
         if not authorization:
             if self.client_certificates and peer is not None:

@@ -1,6 +1,6 @@
 """Who may claim which pool, and whose claim is whose.
 
-Authorization reuses the adapter's delegated authorization (``forecaster.accessreview``): a
+Authorization reuses the adapter's delegated authorization (``core.accessreview``): a
 SubjectAccessReview per (caller, pool), cached ``cache_seconds``, asks whether the caller may
 
 - ``claim`` (a custom RBAC verb) the ``warmpools`` resource named after the pool, in API group
@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from forecaster.accessreview import Attributes, Decision, SubjectAccessReviewAuthorizer, User
+from core.accessreview import Attributes, Decision, SubjectAccessReviewAuthorizer, User
 
 GROUP = "foresight.dev"
 VERSION = "v1alpha1"
@@ -46,8 +46,8 @@ def pool_attributes(verb: str, pool: str, namespace: str) -> Attributes:
 
 @dataclass
 class PoolAuthorizer:
-    """SubjectAccessReviews for pool access (``forecaster.accessreview.SubjectAccessReviewAuthorizer``
-    does the review and its cache). Raises ``forecaster.kubeclient.KubeUnavailable`` when the API
+    """SubjectAccessReviews for pool access (``core.accessreview.SubjectAccessReviewAuthorizer``
+    does the review and its cache). Raises ``core.kubeclient.KubeUnavailable`` when the API
     server cannot answer: the API turns that into a 503 with Retry-After."""
 
     reviewer: SubjectAccessReviewAuthorizer
@@ -65,7 +65,7 @@ class PoolAuthorizer:
 def build_pool_authorizer(kubeconfig: str | None, cache_seconds: float = 10.0) -> PoolAuthorizer:
     """In-cluster service account unless ``kubeconfig``; it needs ``create`` on
     ``subjectaccessreviews`` (manifests/warmpool/rbac.yaml)."""
-    from forecaster.kubeclient import KubeClient
+    from core.kubeclient import KubeClient
 
     kube = KubeClient.connect(kubeconfig)
     return PoolAuthorizer(SubjectAccessReviewAuthorizer(kube, cache_seconds=cache_seconds))

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from forecaster.errors import UserError
+from core.errors import UserError
 from warmpool.backends.base import BackendError, ClaimConflict
 from warmpool.reconcile import Container
 

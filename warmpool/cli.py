@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from forecaster.errors import UserError
+from core.errors import UserError
 
 DEFAULT_SIM_POLICIES = ["fixed:10", "oracle", "foresight"]
 
@@ -115,7 +115,7 @@ def _run(args) -> int:
     import signal
     import threading
 
-    from forecaster.store import open_store
+    from core.store import open_store
     from warmpool.api import create_app, create_probe_app
     from warmpool.coldstart import ColdStartModel
     from warmpool.controller import Controller, ControllerSettings, PolicyWatcher

@@ -29,7 +29,7 @@ from typing import Annotated, Any, Mapping
 
 import numpy as np
 
-from forecaster.typedconfig import FORBID_EXTRA, Check, Number
+from core.typedconfig import FORBID_EXTRA, Check, Number
 
 CONTAINER, POD = "container", "pod"
 START_KINDS = (CONTAINER, POD)

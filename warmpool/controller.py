@@ -22,8 +22,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from forecaster.errors import UserError
-from forecaster.store import Forecast, ForecastStore, StoreError
+from core.errors import UserError
+from core.store import Forecast, ForecastStore, StoreError
 from warmpool.backends.base import Backend, BackendError, CreateError
 from warmpool.claims import ClaimFailed, ClaimResult, Claims, ColdLimited, NotClaimed, NoWarmContainer, UnknownPool
 from warmpool.coldstart import ColdStartModel

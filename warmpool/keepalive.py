@@ -20,7 +20,7 @@ from typing import Mapping
 
 import numpy as np
 
-from forecaster.store import Forecast
+from core.store import Forecast
 from warmpool.policy import Policy, PoolSpec
 from warmpool.reconcile import BinUsage, PoolObserved, PoolTarget
 

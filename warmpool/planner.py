@@ -28,7 +28,7 @@ from collections import deque
 
 import numpy as np
 
-from forecaster.store import Forecast
+from core.store import Forecast
 from warmpool.idlemodel import PRICE_GRID, MemoryPrice, PoolIdleModel
 from warmpool.policy import Policy, PoolSpec
 from warmpool.reconcile import BinUsage, PoolObserved, PoolTarget, forecast_need, peak_demand

@@ -1,6 +1,6 @@
 """Warm-pool policy YAML -> frozen objects, validated strictly (every problem at once, each
 with its path and value). Each field's type, default and allowed values are written once, on
-the dataclasses below (``forecaster.typedconfig``); pydantic checks a document against them, and
+the dataclasses below (``core.typedconfig``); pydantic checks a document against them, and
 ``_pool_rules`` adds what no single field can check (min_warm <= max_warm, ...).
 
 ```yaml
@@ -49,9 +49,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Mapping
 
-from forecaster.config import read_yaml
-from forecaster.errors import ConfigError
-from forecaster.typedconfig import (
+from core.errors import ConfigError
+from core.typedconfig import (
     FORBID_EXTRA,
     Check,
     Choice,
@@ -67,6 +66,7 @@ from forecaster.typedconfig import (
     dotted,
     drop_nulls,
     partial,
+    read_yaml,
     validate,
 )
 from warmpool.coldstart import CONTAINER, POD, RuntimeProfile, seeded_classes

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol, runtime_checkable
 
-from forecaster.store import Forecast
+from core.store import Forecast
 from warmpool.policy import Policy, PoolSpec
 
 STATES = ("creating", "warm", "claimed", "dead")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from forecaster.errors import UserError
+from core.errors import UserError
 from warmpool.coldstart import COMPONENTS
 from warmpool.policy import PoolSpec
 from warmpool.reconcile import Container

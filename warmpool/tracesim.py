@@ -31,7 +31,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from forecaster.errors import UserError
+from core.errors import UserError
 from warmpool.backends.sim import SimBackend
 from warmpool.coldstart import ColdStartModel
 from warmpool.controller import Controller

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from forecaster.typedconfig import FORBID_EXTRA, Number, Range
+from core.typedconfig import FORBID_EXTRA, Number, Range
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from forecaster.errors import ConfigError
+from core.errors import ConfigError
 from warmpool.policy import load_policy
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Callable
 
-from forecaster.errors import UserError
+from core.errors import UserError
 from warmpool.policy import BACKENDS, Policy
 
 log = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ class HttpServer:
             kw = {"ssl_certfile": tls.cert, "ssl_keyfile": tls.key}
             if tls.client_ca:  # mTLS: no client certificate signed by this CA, no connection
                 kw.update(ssl_ca_certs=tls.client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED, http=_peer_identity_protocol())
-        from forecaster.logs import uvicorn_log_config
+        from core.logs import uvicorn_log_config
 
         log_config = uvicorn_log_config()  # --log-format json: uvicorn's own lines as JSON too
         if log_config is not None:

@@ -25,8 +25,8 @@ from adapter.keda import externalscaler_pb2 as pb, externalscaler_pb2_grpc as pb
 from adapter.keda.activation import Activation, ActivationState, decide
 from adapter.keda.request import ScalerRequest, ScalerRequestError, parse_ref
 from adapter.settings import METRICS
+from core.store import StoreError
 from forecaster.served import NoData, ServedValue
-from forecaster.store import StoreError
 
 log = logging.getLogger("foresight.keda")
 

@@ -7,8 +7,8 @@ from fastapi.responses import HTMLResponse
 
 from adapter.core import AdapterCore
 from adapter.settings import METRIC_CORES, METRIC_LOAD_RATIO
+from core.store import Forecast, StoreError
 from forecaster.served import NoData
-from forecaster.store import Forecast, StoreError
 from forecaster.timing import TIMING
 from replay.hpa import HPASpec, external_value_proposal
 

@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse, Response
 
 from adapter.core import AdapterCore
 from adapter.responses import status_response
-from forecaster.store import StoreError
+from core.store import StoreError
 
 
 def register(app: FastAPI, core: AdapterCore) -> None:

@@ -35,6 +35,7 @@ from adapter.scheduler.protocol import (
 )
 from adapter.scheduler.settings import SchedulerSettings
 from adapter.scheduler.snapshot import PlacementSnapshot, SnapshotCache
+from core.store import ForecastStore
 from forecaster.nodes import (
     NEUTRAL_SCORE,
     filter_reason,
@@ -43,7 +44,6 @@ from forecaster.nodes import (
     preferred_node_affinity,
     score_for_pod,
 )
-from forecaster.store import ForecastStore
 
 log = logging.getLogger(__name__)
 

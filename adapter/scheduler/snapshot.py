@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, NamedTuple
 
 from adapter.scheduler.settings import SchedulerSettings
+from core.receipt import ReceiptTimes
+from core.store import Forecast, ForecastStore
 from forecaster.nodes import MAX_SCORE, NodeLoad, assess_nodes, is_node_series, memory_room_bytes, score_for_load
 from forecaster.nodes.scoring import cpu_message, memory_message_parts
-from forecaster.receipt import ReceiptTimes
-from forecaster.store import Forecast, ForecastStore
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ class SnapshotCache:
         self.store = store
         self.settings = settings
         self.clock = clock
-        self.receipts = ReceiptTimes(clock)  # node forecast ages on this clock (forecaster/receipt.py)
+        self.receipts = ReceiptTimes(clock)  # node forecast ages on this clock (core/receipt.py)
         self._snap: PlacementSnapshot | None = None
         self._lock = threading.Lock()  # single-flight rebuilds
         self._thread: threading.Thread | None = None

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
-from forecaster.errors import UserError
+from core.errors import UserError
 
 __all__ = ["Engine", "EngineError", "MapStats", "Progress", "auto_batch_size", "batches", "prepare_worker", "run_batch", "worker_batch"]
 

@@ -21,8 +21,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from forecaster.errors import UserError
-from forecaster.store import quantile_key
+from core.errors import UserError
+from core.store import quantile_key
 
 __all__ = [
     "Model",

@@ -154,38 +154,6 @@ def seasonal_moves(y: np.ndarray, origins: np.ndarray, steps: int, season: int) 
     return out
 
 
-def fixed_z_lead_guard(actual, means, last, scale, lead_steps: int = 2, z: float = 3.0,
-                       max_move_scales: float = 2.0) -> tuple[GuardSpec, np.ndarray]:
-    """The first rule (e4b3f37): blend chosen unclipped, persistence at h=1 unless the model
-    wins by ``z`` standard errors, one cap for every lead step. Not what ``auto`` serves: kept
-    so the forecast-accuracy benchmark can show the two side by side on the same fits."""
-    means = np.array(means, dtype="float64")
-    L = min(int(lead_steps), means.shape[1])
-    last = np.asarray(last, dtype="float64")
-    weights: list[float] = []
-    gain_h1 = z_h1 = 0.0
-    for h in range(L):
-        a, f = actual[:, h], means[:, h]
-        ok = np.isfinite(a)
-        if not ok.any():
-            weights.append(0.0)
-            continue
-        a, f, l0 = a[ok], f[ok], last[ok]
-        errs = [float(np.mean(np.abs(a - (l0 + w * (f - l0))))) for w in BLEND_GRID]
-        w = float(BLEND_GRID[int(np.argmin(errs))])
-        if h == 0:
-            e_pers = np.abs(a - l0)
-            mp = float(np.mean(e_pers))
-            gain_h1 = float(np.mean(e_pers - np.abs(a - f))) / mp if mp > 0 else 0.0
-            z_h1 = _z(e_pers - np.abs(a - f))
-            if not _z(e_pers - np.abs(a - (l0 + w * (f - l0)))) >= z:
-                w = 0.0
-        weights.append(w)
-    max_move = float(max_move_scales * scale) if max_move_scales > 0 else float("inf")
-    spec = GuardSpec(tuple(weights), max_move, gain_h1, float(z_h1))
-    return spec, apply_guard(means, last, spec)
-
-
 def _z(gain: np.ndarray) -> float:
     """Mean paired gain in standard errors (inf for a gain without spread, 0 for none)."""
     m = float(np.mean(gain))

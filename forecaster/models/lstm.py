@@ -321,7 +321,7 @@ class GlobalLSTM(Model):
     def _quantiles(self, mean, h, quantiles):
         # before calibration, the network's own quantile heads give the spread
         if not self.calibrated_ and getattr(self, "_own_q", None):
-            from forecaster.store import quantile_key
+            from core.store import quantile_key
 
             med = self._extend(self._own_q[0.5], h)
             self.offsets_ = {quantile_key(q): self._extend(v, h) - med for q, v in self._own_q.items()}

@@ -24,7 +24,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from forecaster.errors import UserError
+from core.errors import UserError
+from core.store import Forecast, make_forecast, quantile_key
 from forecaster.nodes.inventory import (
     NODE_ALLOCATABLE_MEMORY_QUERY,
     NODE_CPU_QUERY,
@@ -34,7 +35,6 @@ from forecaster.nodes.inventory import (
     node_series_id,
     zone_series_id,
 )
-from forecaster.store import Forecast, make_forecast, quantile_key
 from forecaster.timing import demand_lag_seconds
 
 History = Mapping[str, tuple[np.ndarray, np.ndarray]]  # key (instance or node) -> (unix ts, values)

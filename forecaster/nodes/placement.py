@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable, Mapping, Sequence
 
-from forecaster.errors import UserError
+from core.errors import UserError
+from core.store import ForecastStore
 from forecaster.nodes.inventory import is_node_series
 from forecaster.nodes.scoring import (
     MAX_SCORE,
@@ -19,7 +20,6 @@ from forecaster.nodes.scoring import (
     memory_room_bytes,
     score_for_load,
 )
-from forecaster.store import ForecastStore
 
 
 def filter_reason(nl: NodeLoad | None, settings: NodeScoreSettings, request_bytes: float = 0.0) -> str | None:

@@ -8,6 +8,7 @@ import math
 import time
 from typing import Any, Callable
 
+from core.store import ForecastStore
 from forecaster.nodes.forecasting import (
     NodeForecastSettings,
     NodeTrainReport,
@@ -16,7 +17,6 @@ from forecaster.nodes.forecasting import (
     memory_capacities,
 )
 from forecaster.nodes.history import fetch_cores, fetch_history, fetch_inventory, fetch_memory_capacity
-from forecaster.store import ForecastStore
 
 log = logging.getLogger(__name__)
 

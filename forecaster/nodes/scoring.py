@@ -29,10 +29,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable, ClassVar, Mapping
 
-from forecaster.errors import ConfigError
+from core.errors import ConfigError
+from core.store import Forecast
 from forecaster.nodes.inventory import NODE_MEMORY_PREFIX, NODE_PREFIX, ZONE_PREFIX, node_series_id
 from forecaster.served import demand_lag
-from forecaster.store import Forecast
 
 MAX_SCORE = 10  # k8s.io/kube-scheduler/extender/v1 MaxExtenderPriority
 NEUTRAL_SCORE = 5  # unknown node or stale forecast: neither preferred nor avoided

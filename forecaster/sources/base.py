@@ -6,7 +6,7 @@ from typing import Protocol, runtime_checkable
 
 import pandas as pd
 
-from forecaster.errors import UserError
+from core.errors import UserError
 
 
 class SourceError(UserError):

@@ -6,7 +6,7 @@ stitched onto one regular grid (gaps become NaN; duplicate samples at chunk edge
 dropped). Thanos parameters are passed through when configured. 5xx answers, timeouts and
 refused connections are retried with exponential backoff, then raised as ``SourceUnavailable``;
 4xx answers raise ``SourceError`` carrying Prometheus' own message (e.g. a PromQL parse error).
-Every try goes through one fleet-wide circuit breaker (``forecaster.breaker``): after a few
+Every try goes through one fleet-wide circuit breaker (``core.breaker``): after a few
 consecutive failed tries every call fails fast with ``PrometheusCircuitOpen`` until a probe
 after the cool-down answers, so a stalled Prometheus costs about one timeout per cool-down
 instead of tries x timeout per workload.
@@ -32,7 +32,7 @@ import httpx
 import numpy as np
 import pandas as pd
 
-from forecaster.breaker import CircuitBreaker, CircuitOpen
+from core.breaker import CircuitBreaker, CircuitOpen
 from forecaster.frames import empty_frame
 from forecaster.sources.base import SourceError, SourceUnavailable
 from forecaster.timing import DURATION_UNITS

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from forecaster.store import make_forecast
+from core.store import make_forecast
 
 ROOT = Path(__file__).resolve().parents[2]
 EXT = "/apis/external.metrics.k8s.io/v1beta1"

@@ -13,7 +13,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 from adapter.app import create_app
-from forecaster.store import MemoryForecastStore
+from core.store import MemoryForecastStore
 from tests import stack
 from tests.adapter.helpers import EXT, sample_forecast
 

@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from adapter.app import create_app
 from adapter.quantity import format_quantity, parse_quantity
 from adapter.settings import AdapterSettings, CacheSettings
+from core.store import MemoryForecastStore, RedisForecastStore
 from forecaster.served import MetricSettings
-from forecaster.store import MemoryForecastStore, RedisForecastStore
 from tests.adapter.helpers import EXT, SteppedClock, sample_forecast, wait_for
 
 NOW = 1_800_000_000.0
@@ -334,7 +334,7 @@ def test_a_client_asking_for_protobuf_first_gets_json():
 
 def _expire(redis_url, store, series_id):
     """What Redis and the publisher's trim do to a series past its TTL, done now: its forecast key
-    is gone and its index member is older than any reader's cutoff (forecaster/store.py's layout)."""
+    is gone and its index member is older than any reader's cutoff (core/store.py's layout)."""
     import redis
 
     r = redis.Redis.from_url(redis_url)

@@ -13,8 +13,8 @@ from adapter.app import create_app
 from adapter.authz import SubjectAccessReviewAuthorizer, TokenReviewAuthenticator, request_attributes
 from adapter.server import serve_in_thread
 from adapter.tls import ensure_serving_cert
-from forecaster.kubeclient import KubeClient
-from forecaster.store import MemoryForecastStore
+from core.kubeclient import KubeClient
+from core.store import MemoryForecastStore
 from tests.adapter.helpers import EXT, sample_forecast
 from tests.adapter.kube_double import HPA, KubeDouble, Policy
 from tests.stack import free_port

@@ -13,8 +13,8 @@ import pytest
 from adapter.app import create_app
 from adapter.authz import SubjectAccessReviewAuthorizer, TokenReviewAuthenticator
 from adapter.server import serve_in_thread
-from forecaster.kubeclient import KubeClient
-from forecaster.store import MemoryForecastStore
+from core.kubeclient import KubeClient
+from core.store import MemoryForecastStore
 from tests.adapter.helpers import EXT, sample_forecast
 from tests.stack import free_port
 

@@ -12,7 +12,7 @@ from adapter.negcache import MissingNames
 from adapter.selectors import MAX_IN_VALUES, SelectorError, parse_selector
 from adapter.settings import AdapterSettings, CacheSettings
 from adapter.state import ForecastCache
-from forecaster.store import MemoryForecastStore
+from core.store import MemoryForecastStore
 from tests.adapter.helpers import EXT, sample_forecast
 
 

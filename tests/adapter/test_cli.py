@@ -10,8 +10,8 @@ from fastapi.testclient import TestClient
 from adapter.app import create_app
 from adapter.factory import build_settings
 from adapter.quantity import parse_quantity
-from forecaster.errors import UserError
-from forecaster.store import MemoryForecastStore, make_forecast
+from core.errors import UserError
+from core.store import MemoryForecastStore, make_forecast
 from foresight.cli import build_parser
 from tests.adapter.helpers import EXT
 

@@ -19,8 +19,8 @@ from adapter.dashboard_svg import DESIRED_COLOR, SERVED_COLOR, WOULD_COLOR
 from adapter.observemode import ObserveView
 from adapter.server import serve_in_thread
 from adapter.tls import ensure_serving_cert
+from core.store import MemoryForecastStore
 from forecaster.servingpolicy import ServingPolicy
-from forecaster.store import MemoryForecastStore
 from tests.adapter.helpers import sample_forecast
 from tests.stack import free_port
 

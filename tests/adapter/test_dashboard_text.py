@@ -12,8 +12,8 @@ from adapter.app import create_app
 from adapter.dashboard import ago
 from adapter.dashboard_text import policy_sentence
 from adapter.settings import METRIC_CORES
+from core.store import MemoryForecastStore
 from forecaster.servingpolicy import ServingPolicy
-from forecaster.store import MemoryForecastStore
 from tests.adapter.helpers import sample_forecast
 
 NOW = 1_800_000_000.0
@@ -73,7 +73,7 @@ def test_the_card_shows_what_adaptercore_serves_now_and_ahead():
 
 
 def test_a_node_series_is_labelled_as_a_share_of_capacity_not_cores():
-    from forecaster.store import make_forecast
+    from core.store import make_forecast
 
     store = MemoryForecastStore(clock=lambda: NOW)
     store.publish(make_forecast("node-memory/n1", origin=NOW, step_seconds=60, mean=[0.5] * 5,

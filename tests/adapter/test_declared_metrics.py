@@ -14,7 +14,7 @@ from adapter.app import create_app
 from adapter.fallback import Observation
 from adapter.quantity import parse_quantity
 from adapter.settings import AdapterSettings
-from forecaster.store import MemoryForecastStore, make_forecast
+from core.store import MemoryForecastStore, make_forecast
 from tests.adapter.helpers import EXT, sample_forecast
 
 NOW = 1_800_000_000.0
@@ -150,7 +150,7 @@ def test_foresight_serve_with_a_config_serves_a_declared_metric_over_https(redis
     the trainer published for another workload (discovery lists it without a restart)."""
     import httpx
 
-    from forecaster.store import RedisForecastStore
+    from core.store import RedisForecastStore
     from tests.adapter.helpers import ServeProcess
     from tests.stack import free_port
 

@@ -19,9 +19,9 @@ from adapter.app import create_app
 from adapter.fallback import PrometheusDemandReader
 from adapter.server import serve_in_thread
 from adapter.settings import AdapterSettings, CacheSettings, ObservedDirectSettings
+from core.store import RedisForecastStore
 from forecaster.config import parse_config
 from forecaster.sources.prometheus import PrometheusSource
-from forecaster.store import RedisForecastStore
 from tests import stack
 from tests.adapter.helpers import EXT, sample_forecast
 
@@ -229,7 +229,7 @@ class _Demand:
 def test_with_the_trainer_dead_long_enough_the_stale_forecast_gives_way_to_observed_direct():
     from fastapi.testclient import TestClient
 
-    from forecaster.store import MemoryForecastStore
+    from core.store import MemoryForecastStore
 
     store = MemoryForecastStore()
     # published an hour ago: the forecast is stale and its observed tail is too old to serve

@@ -9,7 +9,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 
 from adapter.app import create_app
-from forecaster.store import MemoryForecastStore
+from core.store import MemoryForecastStore
 from tests.adapter.helpers import sample_forecast
 
 

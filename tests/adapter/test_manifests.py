@@ -198,7 +198,7 @@ def test_the_redis_acl_the_manifest_renders_lets_the_trainer_write_and_readers_o
     import subprocess
 
     from adapter.tls import write_ca, write_signed
-    from forecaster.store import StorePermissionError, make_forecast, open_store
+    from core.store import StorePermissionError, make_forecast, open_store
     from tests import stack
 
     if not stack.have("redis-server"):

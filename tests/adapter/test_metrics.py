@@ -8,6 +8,7 @@ import math
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
+from core.store import make_forecast
 from forecaster.served import (
     MetricSettings,
     NoData,
@@ -15,7 +16,6 @@ from forecaster.served import (
     served_cores,
     served_load_ratio,
 )
-from forecaster.store import make_forecast
 
 T0 = 1_800_000_000.0
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 from adapter.fallback import Observation, ObservedDirect
-from forecaster.store import RedisForecastStore
+from core.store import RedisForecastStore
 from tests.adapter.helpers import sample_forecast
 from tests.adapter.test_degradation import DEMAND, PODS, _eventually, _get, _metric, _serve, prometheus  # noqa: F401
 

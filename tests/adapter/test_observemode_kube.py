@@ -4,7 +4,7 @@ double: the list read, a missing CRD, and a refusal that says which grant is mis
 from __future__ import annotations
 
 from adapter.observemode import ObserveView
-from forecaster.kubeclient import KubeClient
+from core.kubeclient import KubeClient
 from tests.adapter.kube_double import KubeDouble, Policy
 
 PAS = "/apis/foresight.dev/v1alpha1/predictiveautoscalers"

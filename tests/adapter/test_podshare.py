@@ -11,7 +11,7 @@ from tests.adapter.test_readypods import _api_pod, _wait_for, pod_api  # noqa: F
 def _worker(double, share_dir, workloads=None, **kw):
     from adapter.podshare import SharedPodWatch
     from adapter.readypods import PodWatch
-    from forecaster.kubeclient import KubeClient
+    from core.kubeclient import KubeClient
 
     kube = KubeClient.for_server(double.url, token="sa", timeout_seconds=10)
     wl = workloads or {"shop/api": ("shop", "Deployment", "api")}

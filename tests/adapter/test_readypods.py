@@ -123,7 +123,7 @@ def test_the_load_ratio_divides_by_the_watched_request_without_kube_state_metric
 
     from adapter.core import AdapterCore
     from adapter.settings import METRIC_LOAD_RATIO, AdapterSettings
-    from forecaster.store import MemoryForecastStore
+    from core.store import MemoryForecastStore
     from tests.adapter.helpers import sample_forecast
 
     now = time.time()
@@ -152,7 +152,7 @@ def test_a_replica_is_not_ready_until_its_pod_watch_has_listed_pods_but_only_for
     from adapter.app import create_app
     from adapter.readypods import PodWatch
     from adapter.settings import AdapterSettings
-    from forecaster.store import MemoryForecastStore
+    from core.store import MemoryForecastStore
 
     with TestClient(create_app(AdapterSettings(), MemoryForecastStore())) as c:
         assert c.get("/readyz").status_code == 200  # no watch: discovery alone decides
@@ -203,7 +203,7 @@ def pod_api():
 
 def _start_watch(double, **kw):
     from adapter.readypods import PodWatch
-    from forecaster.kubeclient import KubeClient
+    from core.kubeclient import KubeClient
 
     kube = KubeClient.for_server(double.url, token="sa", timeout_seconds=10)
     w = PodWatch(kube, workloads=lambda: {"shop/api": ("shop", "Deployment", "api")}, **kw).start()

@@ -1,6 +1,6 @@
 """Forecast staleness is judged on the reader's clock: a trainer whose clock is minutes off
 neither switches predictive scaling off (behind) nor keeps a dead trainer's forecasts fresh
-(ahead). forecaster/receipt.py re-stamps each version when the adapter first reads it."""
+(ahead). core/receipt.py re-stamps each version when the adapter first reads it."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 
 from adapter.settings import CacheSettings
 from adapter.state import ForecastCache
-from forecaster.receipt import ReceiptTimes
+from core.receipt import ReceiptTimes
+from core.store import MemoryForecastStore
 from forecaster.served import MetricSettings, NoData, served_cores
-from forecaster.store import MemoryForecastStore
 from tests.adapter.helpers import sample_forecast
 
 T = 1_800_000_000.0

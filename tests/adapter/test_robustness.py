@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from adapter.app import create_app
 from adapter.settings import AdapterSettings, CacheSettings
-from forecaster.store import MemoryForecastStore, RedisForecastStore
+from core.store import MemoryForecastStore, RedisForecastStore
 from tests.adapter.helpers import EXT, SteppedClock, sample_forecast, wait_for
 
 

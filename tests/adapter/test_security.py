@@ -15,8 +15,8 @@ from adapter.authz import SubjectAccessReviewAuthorizer
 from adapter.server import serve_in_thread
 from adapter.settings import AdapterSettings, AuthSettings
 from adapter.tls import write_ca, write_signed
-from forecaster.kubeclient import KubeClient
-from forecaster.store import MemoryForecastStore
+from core.kubeclient import KubeClient
+from core.store import MemoryForecastStore
 from tests.adapter.helpers import EXT, sample_forecast
 from tests.adapter.kube_double import KubeDouble, Policy
 from tests.stack import free_port

@@ -14,7 +14,7 @@ from kubernetes import client as k8s
 
 from adapter.quantity import parse_quantity
 from adapter.tls import write_ca, write_signed
-from forecaster.store import RedisForecastStore
+from core.store import RedisForecastStore
 from tests.adapter.helpers import EXT, ServeProcess, sample_forecast
 from tests.stack import free_port
 
@@ -203,7 +203,7 @@ def test_serve_in_thread_serves_https_and_stops(tmp_path):
     from adapter.app import create_app
     from adapter.server import serve_in_thread
     from adapter.tls import ensure_serving_cert
-    from forecaster.store import MemoryForecastStore
+    from core.store import MemoryForecastStore
 
     store = MemoryForecastStore()
     store.publish(sample_forecast(now=time.time()))

@@ -13,7 +13,7 @@ from uvicorn.server import ServerState
 
 from adapter.app import create_app
 from adapter.server import TLSHttpProtocol, _HeadWithBody
-from forecaster.store import MemoryForecastStore
+from core.store import MemoryForecastStore
 from tests.adapter.helpers import EXT, sample_forecast
 
 PATH = f"{EXT}/namespaces/shop/predicted_cpu_load_ratio?labelSelector=workload%3Dcheckout"

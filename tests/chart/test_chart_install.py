@@ -17,7 +17,7 @@ import time
 import pytest
 import yaml
 
-from forecaster.store import Forecast, open_store
+from core.store import Forecast, open_store
 from tests.chart.conftest import CHART, KUBE_VERSION, run_helm
 from tests.cluster.controlplane import ROOT, wait_for
 

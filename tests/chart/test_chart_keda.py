@@ -107,7 +107,7 @@ def test_the_rendered_certificates_carry_a_mutual_tls_call_and_refuse_a_caller_w
     from adapter.keda import externalscaler_pb2_grpc as pb_grpc
     from adapter.keda.server import start_keda_server
     from adapter.settings import AdapterSettings
-    from forecaster.store import MemoryForecastStore
+    from core.store import MemoryForecastStore
     from tests.adapter.helpers import sample_forecast
     from tests.keda.conftest import ref
 

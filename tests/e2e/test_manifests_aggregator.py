@@ -121,8 +121,8 @@ def test_foresight_serve_answers_only_the_front_proxy_identity(control_plane, fo
 
 
 def test_discovery_and_values_are_read_through_kube_apiserver_under_rbac(control_plane, foresight_adapter):
+    from core.store import RedisForecastStore, make_forecast
     from forecaster.served import MetricSettings, served_load_ratio
-    from forecaster.store import RedisForecastStore, make_forecast
 
     cp = control_plane
     disc = cp.admin.json(EXTERNAL)

@@ -93,7 +93,7 @@ def _publish(prometheus_factory, redis_url: str, tmp_path) -> tuple[float, float
 
 def test_the_real_hpa_scales_on_the_forecast_before_a_reactive_hpa(control_plane, foresight_adapter, metrics_server,
                                                                   prometheus_factory, tmp_path):
-    from forecaster.store import open_store
+    from core.store import open_store
 
     cp = control_plane
     for attempt in range(1, ATTEMPTS + 1):

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from forecaster.store import RedisForecastStore, make_forecast
+from core.store import RedisForecastStore, make_forecast
 from tests.cluster.controlplane import wait_for
 
 pytestmark = [pytest.mark.e2e]

@@ -22,7 +22,7 @@ import httpx
 import pytest
 import yaml
 
-from forecaster.store import RedisForecastStore, make_forecast
+from core.store import RedisForecastStore, make_forecast
 from tests.cluster.controlplane import ROOT, free_port, tls_context, wait_for
 from tests.e2e.conftest import NODES
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from forecaster.store import MemoryForecastStore, make_forecast
+from core.store import MemoryForecastStore, make_forecast
 from tests.cluster.controlplane import wait_for
 from tests.warmpool.conftest import make_policy
 from warmpool.backends.base import BackendError, ClaimConflict

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import ConfigError
 from forecaster.config import parse_config
 from forecaster.engine import EngineError, auto_batch_size, batches, open_engine
 from forecaster.engines.local import LocalEngine
-from forecaster.errors import ConfigError
 from foresight.cli import main
 from tests.astparse import parse
 
@@ -93,7 +93,7 @@ def test_backtest_refuses_a_ray_address_without_the_ray_engine(capsys):
 
 def test_only_the_ray_engine_modules_import_ray():
     importers = []
-    for pkg in ("forecaster", "adapter", "warmpool", "replay", "foresight", "kubeoperator", "bench"):
+    for pkg in ("core", "forecaster", "adapter", "warmpool", "replay", "foresight", "kubeoperator", "bench"):
         for f in (ROOT / pkg).rglob("*.py"):
             for node in ast.walk(parse(f)):
                 names = ([a.name for a in node.names] if isinstance(node, ast.Import)

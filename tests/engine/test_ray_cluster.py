@@ -14,12 +14,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from core.store import MemoryForecastStore
 from forecaster.config import parse_config
 from forecaster.engines.local import LocalEngine
 from forecaster.evaluation import BacktestSettings, run_backtest
 from forecaster.schedule import train_once
 from forecaster.sources.csv import CsvSource, read_long_csv
-from forecaster.store import MemoryForecastStore
 from foresight.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,10 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bench.auto_rows import AutoRows, Row
 from forecaster.backtest_live import LiveReplay
-from forecaster.evaluation import BacktestSettings, backtest_series, origin_indices
+from forecaster.evaluation import BacktestSettings, origin_indices
 from forecaster.models import get_model
 from forecaster.selection import SelectionSettings
+
+from .backtests import backtest
 
 DAY = 288
 CANDS = ("persistence", "moving_average", "ar")
@@ -32,13 +35,13 @@ def cycle_that_stalls(seed=4, days=9, flat_points=36):
 
 
 def settings():
-    plain = ("auto_plain", SelectionSettings(candidates=CANDS), None)  # the same selection, no live check
-    return BacktestSettings(eval_days=2.0, train_days=6.0, auto_variants=(plain,))
+    plain = Row("auto_plain", SelectionSettings(candidates=CANDS))  # the same selection, no live check
+    return BacktestSettings(eval_days=2.0, train_days=6.0, extra_rows=AutoRows((plain,)))
 
 
 def test_auto_serves_persistence_at_an_origin_after_the_model_lost_live_and_nowhere_else():
     ts, y = cycle_that_stalls()
-    out = backtest_series("s", ts, y, ["persistence"], settings(), auto=True, auto_candidates=CANDS)
+    out = backtest("s", ts, y, ["persistence"], settings(), candidates=CANDS)
     assert [o.live_fallback for o in out] == [False, True, False, False]
     for o in out:
         auto, plain = o.forecasts["auto"][0], o.forecasts["auto_plain"][0]
@@ -61,7 +64,7 @@ def test_auto_serves_persistence_at_an_origin_after_the_model_lost_live_and_nowh
 
 def test_without_the_stall_the_check_never_falls_back():
     ts, y = cycle_that_stalls(flat_points=0)
-    out = backtest_series("s", ts, y, ["persistence"], settings(), auto=True, auto_candidates=CANDS)
+    out = backtest("s", ts, y, ["persistence"], settings(), candidates=CANDS)
     assert not any(o.live_fallback for o in out)
 
 
@@ -101,7 +104,7 @@ def test_the_replay_refits_between_origins_when_the_drift_check_asks_as_the_trai
 
 def test_every_sample_between_origins_is_kept_as_served_one_step_ahead():
     ts, y = cycle_that_stalls()
-    out = backtest_series("s", ts, y, ["persistence"], settings(), auto=True, auto_candidates=CANDS)
+    out = backtest("s", ts, y, ["persistence"], settings(), candidates=CANDS)
     assert len(out[0].steps) == 1 and out[0].steps[0, 0] == out[0].origin  # the first origin: its own refresh
     for prev, o in zip(out, out[1:]):
         t = o.steps[:, 0].astype(int)

@@ -11,12 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from core.store import MemoryForecastStore
 from forecaster import checkpoint
 from forecaster.checkpoint import CheckpointDir, CheckpointError, attach, trainer_fingerprint
 from forecaster.config import parse_config
 from forecaster.models import naive, register_model, unregister_model
 from forecaster.schedule import InlineFits, run_schedule
-from forecaster.store import MemoryForecastStore
 from forecaster.training import Trainer
 
 STEP = 300.0

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from core.store import make_forecast
 from forecaster.schedule import workload_meta
 from forecaster.served import MetricSettings, demand_lag, predicted_demand
-from forecaster.store import make_forecast
 from forecaster.timing import demand_lag_seconds
 from forecaster.workloads import DEFAULT_DEMAND_QUERY, WorkloadConfig, default_query
 

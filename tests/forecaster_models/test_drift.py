@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from core.errors import UserError
 from forecaster.drift import DriftSettings, LiveSkill
-from forecaster.errors import UserError
 
 
 def feed(guard: LiveSkill, actual, model, last) -> list[bool]:

@@ -8,13 +8,14 @@ import pytest
 
 from forecaster.evaluation import (
     BacktestSettings,
-    backtest_series,
     metrics_rows,
     naive_scale,
     origin_indices,
     summarize,
 )
 from forecaster.models import naive, register_model, unregister_model
+
+from .backtests import backtest
 
 SEEN: list[float] = []
 MIN_SEEN: list[float] = []
@@ -52,11 +53,11 @@ def test_forecasts_at_an_origin_do_not_change_when_later_data_changes(slice_arra
     ts, v = slice_arrays["azurev1-1985204"]
     ts, v = ts[-10 * 288 :], v[-10 * 288 :]
     models = ["persistence", "seasonal_naive", "moving_average", "ar", "ar_log"]
-    base = backtest_series("s", ts, v, models, auto=True, auto_candidates=("persistence", "moving_average", "ar"))
+    base = backtest("s", ts, v, models, candidates=("persistence", "moving_average", "ar"))
     k = base[5].origin
     v2 = v.copy()
     v2[k + 1 :] = np.random.default_rng(1).uniform(0, 500, size=len(v2) - k - 1)
-    other = backtest_series("s", ts, v2, models, auto=True, auto_candidates=("persistence", "moving_average", "ar"))
+    other = backtest("s", ts, v2, models, candidates=("persistence", "moving_average", "ar"))
     for a, b in zip(base, other):
         for m in models + ["auto"]:
             same = np.allclose(a.forecasts[m][0], b.forecasts[m][0]) and np.allclose(
@@ -74,7 +75,7 @@ def test_training_window_is_capped_at_fourteen_days():
         ts = 1.7e9 + 300.0 * np.arange(n)
         SEEN.clear()
         MIN_SEEN.clear()
-        backtest_series("s", ts, y, ["spy_for_test"], auto=False)
+        backtest("s", ts, y, ["spy_for_test"], auto=False)
         first_origin = origin_indices(n, 288, BacktestSettings())[0]
         assert min(MIN_SEEN) >= first_origin + 1 - 14 * 288
         assert min(MIN_SEEN) == first_origin + 1 - 14 * 288
@@ -87,7 +88,7 @@ def test_metrics_match_a_hand_computation():
     rng = np.random.default_rng(3)
     y = np.cumsum(rng.normal(size=n)) + 100
     ts = 1.7e9 + 300.0 * np.arange(n)
-    origins = backtest_series("s", ts, y, ["persistence"], auto=False)
+    origins = backtest("s", ts, y, ["persistence"], auto=False)
     rows = pd.DataFrame(metrics_rows("s", origins))
     o = origins[0]
     err1 = [abs(y[x.origin + 1] - y[x.origin]) for x in origins]
@@ -107,8 +108,7 @@ def test_naive_scale_ignores_gaps_and_is_positive_on_flat_data():
 def test_auto_and_skill_appear_in_the_summary(slice_arrays):
     ts, v = slice_arrays["azurev1-825849"]
     ts, v = ts[-10 * 288 :], v[-10 * 288 :]
-    origins = backtest_series("x", ts, v, ["persistence", "moving_average"], auto=True,
-                              auto_candidates=("persistence", "moving_average"))
+    origins = backtest("x", ts, v, ["persistence", "moving_average"], candidates=("persistence", "moving_average"))
     rows = pd.DataFrame(metrics_rows("x", origins))
     s = summarize(rows)
     assert {"auto", "persistence", "moving_average"} <= set(s.index)
@@ -117,9 +117,10 @@ def test_auto_and_skill_appear_in_the_summary(slice_arrays):
 
 
 def test_a_row_with_its_own_candidates_chooses_among_them_from_fits_made_once(slice_arrays):
-    """``auto_variants`` with other candidates (as the benchmark scores ``models: [auto, lstm,
+    """An extra row with other candidates (as the benchmark scores ``models: [auto, lstm,
     prophet]``): seasonal_naive is neither a model of the run nor a default candidate, so that
     row alone uses it; with one candidate and no bias shift it serves exactly that forecast."""
+    from bench.auto_rows import AutoRows, Row
     from forecaster.evaluation import _all_candidates, _fit_predict_all
     from forecaster.selection import SelectionSettings
 
@@ -127,9 +128,9 @@ def test_a_row_with_its_own_candidates_chooses_among_them_from_fits_made_once(sl
     ts, v = ts[-10 * 288 :], v[-10 * 288 :]
     own = SelectionSettings(candidates=("seasonal_naive",), bias_correct=False)
     settings = BacktestSettings(selection=SelectionSettings(candidates=("persistence", "ar")),
-                                auto_variants=(("auto_sn", own, None),))
+                                extra_rows=AutoRows((Row("auto_sn", own),)))
     assert _all_candidates(settings) == ["persistence", "ar", "seasonal_naive"]
-    origins = backtest_series("s", ts, v, ["persistence"], settings, auto=True, auto_candidates=("persistence", "ar"))
+    origins = backtest("s", ts, v, ["persistence"], settings)
     for o in origins:
         season = 288
         expect = v[o.origin + 1 - season : o.origin + 1 - season + 12]

@@ -20,10 +20,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from core.store import MemoryForecastStore
 from forecaster.config import parse_config
 from forecaster.handover import RINGS_FILE, Stop
 from forecaster.schedule import InlineFits, run_schedule
-from forecaster.store import MemoryForecastStore
 
 STEP = 300.0
 T0 = 1_790_000_000.0 - 1_790_000_000.0 % STEP

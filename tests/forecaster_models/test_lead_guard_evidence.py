@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from forecaster.models.guard import GuardSpec, apply_guard, fixed_z_lead_guard, lead_guard
+from bench.auto_rows import choose_with_rule, fixed_z_lead_guard
+from forecaster.models.guard import GuardSpec, apply_guard, lead_guard
 from forecaster.selection import DEFAULT_CANDIDATES, SelectionSettings, choose, evaluate_candidates
 
 from .test_tail_safety import DAY, daily, grid, walk_forward
@@ -39,7 +40,7 @@ def test_the_fixed_three_standard_error_bar_would_have_served_persistence_there(
     settings = SelectionSettings()
     res, actual, scale, origins = evaluate_candidates(y, grid(len(y)), list(DEFAULT_CANDIDATES), 12, settings)
     last = y[origins]
-    _, old = choose(res, actual, scale, settings, last=last, _guard_rule=fixed_z_lead_guard)
+    old = choose_with_rule(res, actual, scale, settings, fixed_z_lead_guard, last=last)  # the benchmark's row
     _, new = choose(res, actual, scale, settings, last=last)
     assert old.guard.weights[0] == 0.0 and 0 < old.guard.z_h1 < 3
     assert 0.25 <= new.guard.weights[0] < 1.0  # partly the model: real but modest evidence

@@ -9,10 +9,12 @@ at the same steps a day earlier. The tail classes (test_tail_safety.py) still ho
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from forecaster.models.guard import GuardSpec, apply_guard, lead_guard, seasonal_moves
+from forecaster.models.guard import GuardSpec, apply_guard, seasonal_moves
 from forecaster.selection import DEFAULT_CANDIDATES, SelectionSettings, choose, evaluate_candidates
 
 from .test_tail_safety import DAY, grid, on_off, walk_forward
@@ -41,7 +43,7 @@ def test_on_a_daily_ramp_the_first_steps_follow_the_ramp_the_days_before_had(rng
     settings = SelectionSettings()
     res, actual, scale, origins = evaluate_candidates(y, grid(len(y)), list(DEFAULT_CANDIDATES), 12, settings)
     last = y[origins]
-    _, plain = choose(res, actual, scale, settings, last=last, _guard_rule=lead_guard)  # called without support
+    _, plain = choose([replace(r, support=None) for r in res], actual, scale, settings, last=last)  # no support
     _, backed = choose(res, actual, scale, settings, last=last)
     assert plain.guard.weights[0] < 0.5  # too few ramp points on the tail for the evidence rule
     assert backed.guard.season == DAY

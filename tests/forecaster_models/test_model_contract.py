@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from core.store import quantile_key
 from forecaster.models import ModelError, available_models, get_model
-from forecaster.store import quantile_key
 from tests.forecaster_models.conftest import FAST_PARAMS
 
 MODELS = available_models()

@@ -10,11 +10,11 @@ import pytest
 
 from forecaster.served import MetricSettings, served_cores, served_load_ratio
 from forecaster.config import parse_config
-from forecaster.errors import ConfigError
+from core.errors import ConfigError
 from forecaster.serving import DEFAULT_VIOLATION_WORTH_MINUTES, POLICY_VERSION, ServingPolicy, ServingSettings, choose_policy
 from forecaster.servingscore import (as_slices, clairvoyant_cost, exposure, held_floor, lead_bases, peak_gaps, sync_exposure,
                                      violation_minutes)
-from forecaster.store import Forecast, MemoryForecastStore, make_forecast
+from core.store import Forecast, MemoryForecastStore, make_forecast
 from forecaster.training import Trainer
 
 T0 = 1_700_000_000.0

@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
+from core.store import make_forecast
 from forecaster.served import MetricSettings, predicted_demand, served_cores
 from forecaster.serving import ServingSettings, choose_policy
 from forecaster.servingscore import lead_bases, sync_exposure, sync_observed, sync_offsets
-from forecaster.store import make_forecast
 from forecaster.timing import TIMING
 
 T0 = 1_800_000_000.0

@@ -11,12 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from core.store import MemoryForecastStore
 from forecaster.config import parse_config
 from forecaster.history import HistoryCache
 from forecaster.models import naive, register_model, unregister_model
 from forecaster.schedule import InlineFits, ThreadFits, TrainScheduler, train_once, trainer_from_config
 from forecaster.sources.csv import CsvSource
-from forecaster.store import MemoryForecastStore
 
 STEP = 300.0
 T0 = 1_790_000_000.0 - 1_790_000_000.0 % STEP

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import yaml
 
-from forecaster.store import RedisForecastStore
+from core.store import RedisForecastStore
 from foresight.cli import main
 
 

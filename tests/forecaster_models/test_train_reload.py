@@ -9,9 +9,9 @@ import copy
 
 import yaml
 
+from core.store import MemoryForecastStore
 from forecaster.config import parse_config
 from forecaster.schedule import InlineFits, run_schedule
-from forecaster.store import MemoryForecastStore
 from tests.forecaster_models.test_checkpoint import STEP, T0, FrameSource, counting  # noqa: F401 - fixture
 
 DOC = {

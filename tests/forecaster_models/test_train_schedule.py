@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from core.store import MemoryForecastStore
 from forecaster.config import parse_config
 from forecaster.schedule import InlineFits, run_schedule
 from forecaster.sources.csv import CsvSource
-from forecaster.store import MemoryForecastStore
 
 DATA = "tests/data/cpu_slice.csv.gz"
 

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from core.store import MemoryForecastStore
 from forecaster.models import naive, register_model, unregister_model
-from forecaster.store import MemoryForecastStore
 from forecaster.training import Trainer
 
 FITS: list[int] = []

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from forecaster.store import RedisForecastStore
+from core.store import RedisForecastStore
 from tests.scheduler.cluster import build_families
 
 

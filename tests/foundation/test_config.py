@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from core.errors import ConfigError
 from forecaster.config import DEFAULT_DEMAND_QUERY, load_config, parse_config
-from forecaster.errors import ConfigError
 from forecaster.workloads import pod_regex
 
 GOOD = """

@@ -1,5 +1,5 @@
 """The house's layering, enforced: import-linter's contracts in pyproject.toml ([tool.importlinter])
-must hold (forecaster imports no room above it; only forecaster/kubeclient.py, and the two modules
+must hold (forecaster imports no room above it; only core/kubeclient.py, and the two modules
 that build typed objects, import the ``kubernetes`` client; httpx only in the one module per outside
 system that speaks HTTP, ``requests`` nowhere)."""
 
@@ -48,7 +48,7 @@ def _allowed_and_found(forbidden: list[str]) -> tuple[set[str], set[str]]:
 
 def test_the_modules_allowed_to_import_kubernetes_are_exactly_those_that_do():
     allowed, found = _allowed_and_found(["kubernetes"])
-    assert "forecaster.kubeclient" in found
+    assert "core.kubeclient" in found
     assert found == allowed
 
 

@@ -1,4 +1,4 @@
-"""The one Kubernetes client (forecaster/kubeclient.py): a kubeconfig is read by the official
+"""The one Kubernetes client (core/kubeclient.py): a kubeconfig is read by the official
 library's loader, so an ``exec`` credential plugin's token is what the API server sees, and the
 inline certificate data it writes to files is gone when the process ends."""
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from adapter.tls import ensure_serving_cert
-from forecaster.errors import UserError
-from forecaster.kubeclient import KubeClient, KubeGone, KubeUnavailable
+from core.errors import UserError
+from core.kubeclient import KubeClient, KubeGone, KubeUnavailable
 from tests.adapter.kube_double import KubeDouble, Policy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,7 +81,7 @@ def test_no_file_of_the_inline_certificate_data_is_left_after_the_process_ends(h
     tmp.mkdir()
     script = textwrap.dedent(f"""\
         import asyncio, os, sys
-        from forecaster.kubeclient import KubeClient
+        from core.kubeclient import KubeClient
         kube = KubeClient.from_kubeconfig({str(cfg)!r})
         print(asyncio.run(kube.token_review("alice-token"))["authenticated"])
         # while the client lives, the CA written from certificate-authority-data is a real file

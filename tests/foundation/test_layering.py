@@ -10,8 +10,9 @@ from pathlib import Path
 from tests.astparse import parse
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ["forecaster", "adapter", "warmpool", "replay", "kubeoperator", "foresight"]
+PACKAGES = ["core", "forecaster", "adapter", "warmpool", "replay", "kubeoperator", "foresight"]
 FORBIDDEN = {
+    "core": {"forecaster", "adapter", "warmpool", "replay", "kubeoperator", "foresight"},
     "forecaster": {"adapter", "warmpool", "replay", "kubeoperator", "foresight"},
     "adapter": {"warmpool", "replay", "kubeoperator", "foresight"},
     "warmpool": {"adapter", "replay", "kubeoperator", "foresight"},
@@ -24,8 +25,8 @@ FORBIDDEN = {
 SIDE_DOORS = {"kubeoperator": {"replay.hpa"}, "adapter": {"replay.hpa"}}
 # outside system -> the only modules allowed to import its client
 OWNERS = {
-    "redis": {"forecaster/store.py"},
-    "kubernetes": {"forecaster/kubeclient.py", "warmpool/backends/kubernetes.py", "kubeoperator/kube.py"},
+    "redis": {"core/store.py"},
+    "kubernetes": {"core/kubeclient.py", "warmpool/backends/kubernetes.py", "kubeoperator/kube.py"},
 }
 
 

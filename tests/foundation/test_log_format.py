@@ -16,7 +16,7 @@ import sys
 import httpx
 import pytest
 
-from forecaster.logs import JsonFormatter, TextFormatter, configure, formatter, uvicorn_log_config
+from core.logs import JsonFormatter, TextFormatter, configure, formatter, uvicorn_log_config
 from foresight.cli import build_parser
 from tests.cluster.controlplane import ROOT, wait_for
 from tests.stack import free_port
@@ -70,7 +70,7 @@ def test_configure_replaces_the_root_handler_and_uvicorn_follows_the_format():
         assert json.loads(out.getvalue()) | {"time": None} == {"time": None, "level": "info", "logger": "foresight.up",
                                                                "message": "redraw", "rows": 4}
         cfg = uvicorn_log_config()
-        assert cfg["formatters"]["json"]["()"] == "forecaster.logs.JsonFormatter"
+        assert cfg["formatters"]["json"]["()"] == "core.logs.JsonFormatter"
         assert cfg["root"]["level"] == "INFO"  # uvicorn's worker processes log foresight's lines as JSON too
         logging.config.dictConfig(cfg)  # what uvicorn does with it: a second server still gets JSON
         assert uvicorn_log_config() == cfg

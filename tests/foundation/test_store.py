@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from forecaster.store import (
+from core.store import (
     MemoryForecastStore,
     RedisForecastStore,
     StoreError,
@@ -221,7 +221,7 @@ def test_the_trainer_user_publishes_and_the_read_only_adapter_user_reads(redis_a
 
 
 def test_a_read_only_user_cannot_publish_and_is_told_why(redis_acl):
-    from forecaster.store import StorePermissionError
+    from core.store import StorePermissionError
 
     port, files = redis_acl
     reader = open_store(f"redis://adapter@127.0.0.1:{port}/0?password_file={files['adapter']}")
@@ -232,7 +232,7 @@ def test_a_read_only_user_cannot_publish_and_is_told_why(redis_acl):
 
 
 def test_without_credentials_or_with_a_wrong_password_nothing_is_read(redis_acl, tmp_path, monkeypatch):
-    from forecaster.store import StorePermissionError
+    from core.store import StorePermissionError
 
     port, files = redis_acl
     anonymous = open_store(f"redis://127.0.0.1:{port}/0")

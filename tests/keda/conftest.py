@@ -14,7 +14,7 @@ from adapter.keda import externalscaler_pb2 as pb, externalscaler_pb2_grpc as pb
 from adapter.keda.server import start_keda_server
 from adapter.settings import AdapterSettings, CacheSettings
 from adapter.tls import write_ca, write_signed
-from forecaster.store import MemoryForecastStore
+from core.store import MemoryForecastStore
 
 
 class Certs:

@@ -7,7 +7,7 @@ import grpc
 import pytest
 
 from adapter.keda import externalscaler_pb2 as pb, externalscaler_pb2_grpc as pb_grpc
-from forecaster.store import open_store
+from core.store import open_store
 from foresight.cli import build_parser, main
 from tests.adapter.helpers import ServeProcess, sample_forecast
 from tests.keda.conftest import channel, ref

@@ -13,8 +13,8 @@ from adapter.keda import externalscaler_pb2_grpc as pb_grpc
 from adapter.server import serve_in_thread
 from adapter.settings import AdapterSettings
 from adapter.tls import ensure_serving_cert
-from forecaster.errors import UserError
-from forecaster.store import MemoryForecastStore
+from core.errors import UserError
+from core.store import MemoryForecastStore
 from foresight.up import _start_keda
 from tests.adapter.helpers import sample_forecast
 from tests.keda.conftest import ref

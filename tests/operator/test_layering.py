@@ -37,7 +37,7 @@ def test_only_kube_py_imports_the_kubernetes_client_and_nothing_imports_the_cli_
 
 
 def test_no_package_below_imports_kubeoperator():
-    for pkg in ("forecaster", "adapter", "warmpool", "replay"):
+    for pkg in ("core", "forecaster", "adapter", "warmpool", "replay"):
         for f in (ROOT / pkg).rglob("*.py"):
             assert "kubeoperator" not in {m.split(".")[0] for m in _imports(f)}, f
 
@@ -45,6 +45,6 @@ def test_no_package_below_imports_kubeoperator():
 def test_only_promql_py_imports_the_promql_parser_and_only_the_operator_confines():
     """One module parses tenants' PromQL; the trainer (forecaster/) runs queries as written: the
     admin's own ConfigMap is trusted, a tenant's query arrives already confined."""
-    users = sorted(f.relative_to(ROOT).as_posix() for pkg in ("kubeoperator", "forecaster", "adapter", "warmpool", "replay")
+    users = sorted(f.relative_to(ROOT).as_posix() for pkg in ("kubeoperator", "core", "forecaster", "adapter", "warmpool", "replay")
                    for f in (ROOT / pkg).rglob("*.py") if "promql_parser" in {m.split(".")[0] for m in _imports(f)})
     assert users == ["kubeoperator/promql.py"]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import copy
 import math
 
+from core.store import Forecast
 from forecaster.served import MetricSettings, served_load_ratio
-from forecaster.store import Forecast
 from kubeoperator.observe import Capacity
 from kubeoperator.reconcile import reconcile_autoscaler
 from kubeoperator.render import render_trainer_config

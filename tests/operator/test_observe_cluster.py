@@ -11,7 +11,7 @@ import time
 import pytest
 import yaml
 
-from forecaster.store import Forecast, open_store
+from core.store import Forecast, open_store
 from kubeoperator.kube import KubeApi
 from kubeoperator.runner import DIGEST_ANNOTATION, Operator, OperatorSettings
 from tests.cluster.controlplane import wait_for
@@ -124,7 +124,7 @@ def test_the_adapter_rest_and_dashboard_show_the_would_have_line_beside_the_actu
 
     from adapter.app import create_app
     from adapter.observemode import ObserveView
-    from forecaster.kubeclient import KubeClient
+    from core.kubeclient import KubeClient
 
     cp, store = running
     publish(store, "obs", 3.0)

@@ -11,8 +11,8 @@ import math
 from adapter.core import AdapterCore
 from adapter.quantity import format_quantity, parse_quantity
 from adapter.settings import AdapterSettings
+from core.store import Forecast, MemoryForecastStore
 from forecaster.served import observed_now
-from forecaster.store import Forecast, MemoryForecastStore
 from kubeoperator.observe import Capacity, hpa_spec
 from kubeoperator.reconcile import SHIPPED_BEHAVIOR, reconcile_autoscaler
 from kubeoperator.spec import parse_autoscaler

@@ -10,8 +10,8 @@ import time
 import pytest
 import yaml
 
+from core.store import Forecast, open_store
 from forecaster.served import MetricSettings, served_load_ratio
-from forecaster.store import Forecast, open_store
 from kubeoperator.kube import KubeApi
 from kubeoperator.runner import DIGEST_ANNOTATION, Operator, OperatorSettings
 from tests.cluster.controlplane import wait_for

@@ -10,7 +10,7 @@ import yaml
 
 from forecaster.served import MetricSettings, served_load_ratio
 from forecaster.config import parse_config
-from forecaster.store import Forecast
+from core.store import Forecast
 from kubeoperator.pools import claim_counts, warmpool_status
 from kubeoperator.reconcile import reconcile_autoscaler
 from kubeoperator.render import render_trainer_config, render_warmpool_policy

@@ -11,7 +11,7 @@ import threading
 
 import yaml
 
-from forecaster.store import MemoryForecastStore
+from core.store import MemoryForecastStore
 from kubeoperator.kube import KubeError
 from kubeoperator.runner import Operator, OperatorSettings
 

@@ -134,7 +134,7 @@ class RecordingApi:
 
 
 def test_the_runner_applies_the_scaled_object_and_removes_its_own_hpa():
-    from forecaster.store import MemoryForecastStore
+    from core.store import MemoryForecastStore
     from kubeoperator.runner import Operator, OperatorSettings
 
     api = RecordingApi([keda_pa()])

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from core.errors import ConfigError
+from core.store import MemoryForecastStore
 from forecaster.config import parse_config
-from forecaster.errors import ConfigError
 from forecaster.predicted import metric_of_series, served_metric
 from forecaster.schedule import train_once
 from forecaster.serving import ServingSettings
 from forecaster.sources.csv import CsvSource
-from forecaster.store import MemoryForecastStore
 
 DATA = "tests/data/cpu_slice.csv.gz"
 

@@ -15,7 +15,7 @@ from forecaster.served import MetricSettings
 from adapter.settings import AdapterSettings
 from forecaster.config import TrainingConfig, load_config
 from forecaster.sources.prometheus import open_source
-from forecaster.store import RedisForecastStore
+from core.store import RedisForecastStore
 from forecaster.schedule import train_once, trainer_from_config
 from foresight.cli import main
 from replay.pipeline import PipelineConfig, ProductionFeed
@@ -98,7 +98,7 @@ def test_train_on_prometheus_and_redis_and_the_replay_publish_and_serve_the_same
                               max_age_seconds=15)  # get() waits for a new reading at every instant
     adapter = AdapterCore(AdapterSettings(metric=settings, workload_capacity={"shop/w": {"ready_pods": 4, "cpu_request_cores": 1.0}}),
                           store, observed=observed)
-    instants = feed.publish_times()
+    instants = feed.ts[feed.origins] + feed.delay  # when the replay's trainer publishes
     assert len(instants) >= 20
     served, floors = [], []
     try:
@@ -141,7 +141,8 @@ def test_foresight_train_once_now_publishes_what_the_replay_publishes_at_that_in
                           capacity_per_pod=1.0, pipeline=pipeline, step_seconds=STEP)
     store = RedisForecastStore(redis_url)
     try:
-        assert len(feed.publish_times()) == 1 and feed.publish_times()[0] == now
+        published = feed.ts[feed.origins] + feed.delay
+        assert len(published) == 1 and published[0] == now
         _same(store.latest("shop/w"), feed.at(now))
     finally:
         store.close()

@@ -18,9 +18,9 @@ from fastapi.testclient import TestClient
 
 from adapter.scheduler import SchedulerSettings, register_scheduler_routes
 from adapter.scheduler.snapshot import SnapshotCache
-from forecaster.errors import ConfigError
+from core.errors import ConfigError
+from core.store import MemoryForecastStore, RedisForecastStore, StoreUnavailable, make_forecast
 from forecaster.nodes import NEUTRAL_SCORE
-from forecaster.store import MemoryForecastStore, RedisForecastStore, StoreUnavailable, make_forecast
 
 FILTER_KEYS = {"nodes", "nodenames", "failedNodes", "failedAndUnresolvableNodes", "error"}
 

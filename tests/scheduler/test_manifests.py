@@ -10,7 +10,7 @@ import yaml
 from fastapi import FastAPI
 
 from adapter.scheduler import register_scheduler_routes
-from forecaster.store import MemoryForecastStore
+from core.store import MemoryForecastStore
 
 DIR = Path(__file__).resolve().parents[2] / "manifests" / "scheduler"
 

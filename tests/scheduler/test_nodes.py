@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from forecaster.errors import UserError
+from core.errors import UserError
+from core.store import MemoryForecastStore, make_forecast
 from forecaster.nodes import (
     MAX_SCORE,
     NEUTRAL_SCORE,
@@ -32,7 +33,6 @@ from forecaster.nodes import (
     window_max,
 )
 from forecaster.sources.prometheus import PrometheusSource, series_name
-from forecaster.store import MemoryForecastStore, make_forecast
 from tests.scheduler.cluster import MEMORY_PER_CORE, NODES, build_families, memory_fraction
 
 NOW = 1_800_000_000.0

@@ -19,8 +19,8 @@ import pytest
 import yaml
 from hypothesis import given, strategies as st
 
+from core.errors import ConfigError
 from forecaster.config import load_config, parse_config
-from forecaster.errors import ConfigError
 from kubeoperator.checks import SpecError
 from kubeoperator.reconcile import reconcile_autoscaler
 from kubeoperator.render import render_trainer_config, render_warmpool_policy

@@ -17,7 +17,7 @@ from hypothesis import given, strategies as st
 from adapter.app import create_app
 from adapter.selectors import MAX_IN_VALUES, Requirement, Selector, SelectorError, parse_selector
 from adapter.settings import AdapterSettings, AuthSettings
-from forecaster.store import MemoryForecastStore
+from core.store import MemoryForecastStore
 from tests.adapter.helpers import EXT, sample_forecast
 from tests.tenancy.generate import GENERATED
 

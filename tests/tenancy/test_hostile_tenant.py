@@ -33,8 +33,8 @@ from adapter.keda.server import start_keda_server
 from adapter.server import serve_in_thread
 from adapter.settings import AdapterSettings, AuthSettings
 from adapter.tls import ensure_serving_cert, write_ca, write_signed
-from forecaster.kubeclient import KubeClient
-from forecaster.store import MemoryForecastStore
+from core.kubeclient import KubeClient
+from core.store import MemoryForecastStore
 from kubeoperator.kube import KubeApi
 from kubeoperator.runner import Operator, OperatorSettings
 from tests.adapter.helpers import EXT, sample_forecast

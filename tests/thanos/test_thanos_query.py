@@ -163,7 +163,7 @@ def _train(thanos, tmp_path, redis_url, name: str, **thanos_params):
 
 
 def _latest(redis_url):
-    from forecaster.store import RedisForecastStore
+    from core.store import RedisForecastStore
 
     store = RedisForecastStore(redis_url)
     try:

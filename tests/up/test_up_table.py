@@ -112,7 +112,7 @@ def test_up_piped_appends_a_plain_table_per_refresh(tmp_path):
 
 
 def test_the_board_reads_the_store_at_each_draw_and_shows_no_data_while_it_is_down(caplog):
-    from forecaster.store import MemoryForecastStore
+    from core.store import MemoryForecastStore
 
     class Flaky(MemoryForecastStore):
         down = False

@@ -4,7 +4,7 @@ slowly (a pause between `crun create` and the metadata write, the worst moment t
 import sys
 import time
 
-from forecaster.store import MemoryForecastStore, make_forecast
+from core.store import MemoryForecastStore, make_forecast
 from tests.warmpool.conftest import make_policy
 from warmpool.backends.crun import CrunBackend
 from warmpool.controller import Controller

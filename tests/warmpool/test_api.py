@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from forecaster.store import MemoryForecastStore, make_forecast
+from core.store import MemoryForecastStore, make_forecast
 from tests.warmpool.conftest import make_policy
 from warmpool.api import create_app
 from warmpool.backends.sim import SimBackend

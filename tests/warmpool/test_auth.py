@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from forecaster.store import MemoryForecastStore
+from core.store import MemoryForecastStore
 from tests.warmpool.conftest import FakeClock, make_policy
 from tests.warmpool.k8s_fake import FakeKubernetes
 from warmpool.api import create_app
@@ -66,7 +66,7 @@ def test_token_file_guards_claims_and_metrics_but_not_health(tmp_path, clock):
 
 
 def test_token_file_must_hold_a_token(tmp_path):
-    from forecaster.errors import UserError
+    from core.errors import UserError
 
     (tmp_path / "empty").write_text("# nothing\n")
     with pytest.raises(UserError, match="holds no token"):

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from adapter.tls import ensure_serving_cert
-from forecaster.store import MemoryForecastStore
+from core.store import MemoryForecastStore
 from tests.warmpool.conftest import FakeClock
 from warmpool.api import create_app
 from warmpool.auth import Authenticator

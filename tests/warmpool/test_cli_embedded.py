@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from forecaster.store import MemoryForecastStore, make_forecast
+from core.store import MemoryForecastStore, make_forecast
 from foresight.cli import main
 from warmpool.embedded import EXAMPLE_POLICY, start_embedded
 

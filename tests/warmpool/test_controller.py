@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from forecaster.store import MemoryForecastStore, make_forecast
+from core.store import MemoryForecastStore, make_forecast
 from tests.warmpool.conftest import make_policy
 from warmpool.backends.sim import SimBackend
 from warmpool.controller import Controller, NotClaimed, NoWarmContainer, PolicyWatcher, UnknownPool
@@ -268,7 +268,7 @@ def test_a_controller_started_with_no_pools_builds_the_backend_a_reloaded_policy
 
 
 def test_a_backend_that_cannot_run_here_fails_its_pools_creations_and_claims_not_the_round(tmp_path):
-    from forecaster.errors import UserError
+    from core.errors import UserError
     from warmpool.claims import ClaimFailed
     from warmpool.policy import parse_policy
     from warmpool.wiring import Backends

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from forecaster.store import MemoryForecastStore, make_forecast
+from core.store import MemoryForecastStore, make_forecast
 from tests.warmpool.conftest import make_policy
 from warmpool.backends.crun import CrunBackend
 from warmpool.controller import Controller

@@ -9,9 +9,9 @@ import hashlib
 import httpx
 import pytest
 
-from forecaster.accessreview import Decision, User
-from forecaster.errors import UserError
-from forecaster.store import MemoryForecastStore
+from core.accessreview import Decision, User
+from core.errors import UserError
+from core.store import MemoryForecastStore
 from tests.warmpool.conftest import FakeClock
 from tests.warmpool.test_mtls import _cert, _client
 from warmpool.api import create_app

@@ -7,7 +7,7 @@ tests/e2e/test_warmpool_kubernetes.py."""
 
 import pytest
 
-from forecaster.store import MemoryForecastStore, make_forecast
+from core.store import MemoryForecastStore, make_forecast
 from tests.warmpool.conftest import make_policy
 from tests.warmpool.k8s_fake import FakeKubernetes
 from tests.warmpool.test_controller import sample

@@ -4,8 +4,8 @@ the reconcile step reclaims an expired one (deleted, or released back per the po
 import httpx
 import pytest
 
-from forecaster.errors import ConfigError
-from forecaster.store import MemoryForecastStore
+from core.errors import ConfigError
+from core.store import MemoryForecastStore
 from tests.warmpool.conftest import make_policy
 from warmpool.api import create_app
 from warmpool.backends.sim import SimBackend

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from forecaster.store import MemoryForecastStore
+from core.store import MemoryForecastStore
 from tests.warmpool.conftest import make_policy
 from warmpool.api import create_app
 from warmpool.backends.sim import SimBackend

@@ -3,7 +3,7 @@
 
 import pytest
 
-from forecaster.store import MemoryForecastStore
+from core.store import MemoryForecastStore
 from tests.warmpool.conftest import make_policy
 from tests.warmpool.k8s_fake import FakeKubernetes
 from warmpool.backends.kubernetes import KubernetesBackend, Owner

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forecaster.errors import ConfigError
+from core.errors import ConfigError
 from warmpool.policy import load_policy, parse_policy
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "warmpool" / "examples"
@@ -165,7 +165,7 @@ def test_a_pool_is_authorized_on_its_warmpool_objects_own_name():
 
 
 def test_a_null_value_means_the_default_and_the_reference_shows_the_range_the_parser_enforces():
-    from forecaster.typedconfig import constraint_text
+    from core.typedconfig import constraint_text
     from warmpool.ttl import IdleTTL
 
     pool = parse_policy(_doc(idle_ttl=None, min_warm=None, template={"image": None})).pools[0]

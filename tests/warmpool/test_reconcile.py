@@ -5,7 +5,7 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from forecaster.store import make_forecast
+from core.store import make_forecast
 from tests.warmpool.conftest import make_policy
 from warmpool.planner import ForesightPolicy
 from warmpool.reconcile import BinUsage, Container, Create, Delete, PoolObserved, PoolTarget, reconcile_once

@@ -4,8 +4,8 @@ peak and shrinking it after."""
 
 import pytest
 
-from forecaster.errors import ConfigError
-from forecaster.store import MemoryForecastStore, make_forecast
+from core.errors import ConfigError
+from core.store import MemoryForecastStore, make_forecast
 from tests.warmpool.conftest import make_policy
 from warmpool.backends.sim import SimBackend
 from warmpool.controller import Controller

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import warmpool.controller
-from forecaster.errors import UserError
+from core.errors import UserError
 from warmpool.embedded import EXAMPLE_POLICY
 from warmpool.planner import ForesightPolicy
 from warmpool.policy import load_policy

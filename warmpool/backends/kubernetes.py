@@ -344,11 +344,11 @@ class KubernetesBackend:
 def token_reviewer(*, host: str | None = None, kubeconfig: str | None = None, in_cluster: bool = False,
                    audiences: tuple[str, ...] = (), timeout_seconds: float = 5.0):
     """``token -> {"username", "groups"} | None`` by a TokenReview (for ``warmpool.auth``), through
-    the project's one client (forecaster/kubeclient.py: exec and auth-provider kubeconfigs work);
+    the project's one client (core/kubeclient.py: exec and auth-provider kubeconfigs work);
     raises ``ReviewUnavailable`` when the API server cannot answer."""
     import os
 
-    from forecaster.kubeclient import KubeClient, KubeUnavailable
+    from core.kubeclient import KubeClient, KubeUnavailable
     from warmpool.auth import ReviewUnavailable
 
     if host:

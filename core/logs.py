@@ -10,7 +10,7 @@ uvicorn (the adapter, the warm-pool API) configures its own loggers when it star
 worker process too; ``uvicorn_log_config()`` hands it the same formatter, and its access lines
 carry ``client``, ``method``, ``path`` and ``status`` as fields.
 
-It lives in forecaster/ (the lowest floor) because every part that starts uvicorn or logs
+It lives in core/ (below every room) because every part that starts uvicorn or logs
 needs it and may import only downwards.
 """
 

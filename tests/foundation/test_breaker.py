@@ -12,12 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from forecaster.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker, CircuitOpen
+from core.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker, CircuitOpen
+from core.store import MemoryForecastStore, RedisForecastStore, StoreCircuitOpen, StoreUnavailable, make_forecast
 from forecaster.config import parse_config
 from forecaster.schedule import InlineFits, TrainScheduler, trainer_from_config
 from forecaster.sources.base import SourceUnavailable
 from forecaster.sources.prometheus import PrometheusCircuitOpen, PrometheusSource
-from forecaster.store import MemoryForecastStore, RedisForecastStore, StoreCircuitOpen, StoreUnavailable, make_forecast
 from tests import stack
 
 

@@ -14,7 +14,7 @@ reactive fallback) exactly as when a pull fails. The outage is logged once when 
 opens and once when it closes again, instead of one warning per workload per step.
 
 The class is the state machine only (clock injected, no I/O); the one module per outside
-system wraps its calls with it (forecaster/sources/prometheus.py, forecaster/store.py).
+system wraps its calls with it (forecaster/sources/prometheus.py, core/store.py).
 """
 
 from __future__ import annotations

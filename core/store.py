@@ -12,7 +12,7 @@ Only this module talks to Redis.
 
 from __future__ import annotations
 
-from forecaster.errors import UserError
+from core.errors import UserError
 
 import json
 import logging
@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
-from forecaster.breaker import CircuitBreaker, CircuitOpen
+from core.breaker import CircuitBreaker, CircuitOpen
 
 __all__ = [
     "Forecast",

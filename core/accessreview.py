@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from forecaster.kubeclient import KubeClient, KubeUnavailable
+from core.kubeclient import KubeClient, KubeUnavailable
 
 
 @dataclass(frozen=True)

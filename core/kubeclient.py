@@ -3,7 +3,7 @@
 Every process that talks to the API server for reviews or reads gets a :class:`KubeClient`
 from here: the adapter (TokenReview and SubjectAccessReview for its API, the ready-pod list and
 watch, the PredictiveAutoscaler list of Observe mode) and the warm pool (claim reviews). On the
-ground floor because both authorize with it and neither imports the other. Nothing else in the
+core because both authorize with it and neither imports the other. Nothing else in the
 product imports ``kubernetes`` (an import-linter contract in pyproject.toml) except the two
 modules that build typed objects with it (warmpool/backends/kubernetes.py,
 kubeoperator/kube.py).
@@ -33,7 +33,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator
 
-from forecaster.errors import UserError
+from core.errors import UserError
 
 # the ready-pod list's page size: kube-apiserver's own list pagers (client-go's pager) use 500
 POD_PAGE_SIZE = 500
@@ -238,7 +238,7 @@ class KubeClient:
                 return None
             raise
 
-    # --- delegated authentication and authorization (forecaster/accessreview.py) --------
+    # --- delegated authentication and authorization (core/accessreview.py) --------
     def _review(self, what: str, fn, body: Any) -> dict:
         try:
             return self._json(what, fn, body)
@@ -274,7 +274,7 @@ class KubeClient:
 
     async def subject_access_review(self, spec: dict) -> dict:
         """The SubjectAccessReview ``status`` (allowed, denied, reason) for a wire-format ``spec``
-        (forecaster.accessreview.sar_spec)."""
+        (core.accessreview.sar_spec)."""
         return await asyncio.to_thread(self.subject_access_review_sync, spec)
 
 

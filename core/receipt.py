@@ -20,7 +20,7 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from forecaster.store import Forecast
+from core.store import Forecast
 
 
 class ReceiptTimes:

@@ -15,7 +15,12 @@ import dataclasses
 import re
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, Callable, TypeVar
+
+import yaml
+
+from core.errors import ConfigError
 
 T = TypeVar("T")
 
@@ -267,3 +272,16 @@ def drop_nulls(data: Any) -> Any:
 
 
 FORBID_EXTRA = {"extra": "forbid"}  # a dataclass's ``__pydantic_config__``: unknown keys are errors
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Read a YAML file for a config parser; unreadable or non-YAML files are a ConfigError."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read the file: {exc.strerror}"]) from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(str(path), [f"not valid YAML: {exc}"]) from exc
