@@ -15,7 +15,6 @@ import os
 import tempfile
 from pathlib import Path
 
-import pytest
 import yaml
 from hypothesis import given, strategies as st
 
