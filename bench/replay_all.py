@@ -56,9 +56,10 @@ MAIN_VARIANTS = {
 COST_VARIANTS = {  # serving.slo_minutes_per_day, the policy's SLO, and its cost_ceiling
     "ours slo 1.5": ("predictive", {}, {"slo_minutes_per_day": 1.5}),
 }
-PRICE_VARIANTS = {  # serving.violation_worth_minutes
-    "ours worth 10": ("predictive", {}, {"violation_worth_minutes": 10.0}),
-    "ours worth 25": ("predictive", {}, {"violation_worth_minutes": 25.0}),
+PRICE_VARIANTS = {  # serving.violation_worth_minutes, and calibrated quantiles beyond p90 beside the headrooms
+    "ours worth 60": ("predictive", {}, {"violation_worth_minutes": 60.0}),
+    "ours worth 120": ("predictive", {}, {"violation_worth_minutes": 120.0}),
+    "ours p95 p98": ("predictive", {"quantiles": (0.5, 0.9, 0.95, 0.98)}, {"quantiles": ("p50", "p90", "p95", "p98")}),
 }
 MARGIN_VARIANTS = {  # serving.model_margin: the share of persistence's avoidable cost the model must save
     "ours margin 0.3": ("predictive", {}, {"model_margin": 0.3}),
@@ -383,7 +384,7 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", default="main", choices=["main", "costs", "prices", "states", "reference", "windows", "margins",
                                                           "candidates", "sources"],
                     help="main: ours (a default deployment); costs: main plus serving.slo_minutes_per_day 1.5; "
-                         "prices: main plus two other serving.violation_worth_minutes; states: main plus one headroom at all times "
+                         "prices: main plus two serving.violation_worth_minutes and the p95/p98 quantiles; states: main plus one headroom at all times "
                          "(serving.peak_gap_states: 1) and the 60 s scale-down window; reference: main plus "
                          "the simple AR predictor; windows: the scale-down window; margins: main plus two "
                          "serving.model_margin settings; candidates: main plus training.models "

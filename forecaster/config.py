@@ -23,7 +23,7 @@ training:
   engine: local                       # or ray: the per-series fits run as Ray tasks (manifests/ray/)
   ray_address: ray://foresight-ray-head-svc.foresight:10001   # with engine: ray (default $RAY_ADDRESS)
 serving:                              # optional: how each workload's serving policy is chosen
-  violation_worth_minutes: 15         # a minute above slo_utilization is worth 15 minutes of the whole workload at its peak
+  violation_worth_minutes: 60         # a minute above slo_utilization is worth 60 minutes of the whole workload
   slo_minutes_per_day: 0              # > 0: an SLO each workload's policy must meet (minutes a day above it)
   cost_ceiling: 1.5                   # at most this multiple of a reactive HPA's pod-minutes (0: no ceiling)
   quantiles: [p50, p90]               # published quantiles the policy may serve

@@ -26,8 +26,7 @@ price x SLO-violation minutes, where pods = the replicas the HPA would ask for a
 capacity while those pods serve, until the next sample's pods are ready (:func:`exposure`,
 :func:`violation_minutes`). The user states the trade-off in units that do not depend on the
 workload's size, so a 3-pod and a 300-pod workload with the same shape of demand get the same
-policy: ``violation_worth_minutes`` prices a violation minute in minutes of the whole workload at
-its peak;
+policy: ``violation_worth_minutes`` prices a violation minute in minutes of the whole workload;
 an optional ``slo_minutes_per_day`` raises that price for a workload until its policy meets the
 SLO on its own history; ``cost_ceiling`` caps what any policy may run against a reactive HPA.
 """
@@ -52,14 +51,9 @@ DEFAULT_HOLDS = (1,)
 DEFAULT_GAP_STATES = 5
 MAX_GAP_STATES = 8
 # chosen on the tune half of the replay benchmark (docs/benchmarks/replay.md, bench/results/replay_all.md):
-# the fewest violation minutes at <= 1.10x a reactive HPA's replica-minutes that still wins >= 85%
-# of the series at equal cost
-DEFAULT_VIOLATION_WORTH_MINUTES = 15.0
-# a workload's size, what the price is counted in: this quantile of the pods a reactive HPA would
-# have run over the scored history (its peak, not its mean: a price in mean pods is cheapest for
-# the spikiest workloads, where a violation minute is most likely, and on both halves of the replay
-# it lost to one price per peak pod at equal cost)
-SIZE_QUANTILE = 0.99
+# of 30, 60 and 120, the one with the fewest violation minutes at <= 1.10x a reactive HPA's
+# replica-minutes that still wins >= 85% of the series at equal cost
+DEFAULT_VIOLATION_WORTH_MINUTES = 60.0
 # where the SLO is out of reach the fewest violations would buy the top headroom whatever it
 # costs: at most what a reactive HPA retuned to 0.47 would run (the frontier's expensive end)
 DEFAULT_COST_CEILING = 1.5
@@ -71,10 +65,9 @@ class ServingSettings:
     """How the trainer chooses a workload's serving policy (the ``serving:`` config section).
 
     violation_worth_minutes: what one minute of SLO violation (demand above ``slo_utilization``
-        of the ready capacity) is worth, in minutes of running the whole workload at its peak
-        (the 99th percentile of the pods a reactive HPA would have run over the scored history):
-        the same trade-off for a workload of 3 pods or of 300; higher buys fewer violations with
-        more pods.
+        of the ready capacity) is worth, in minutes of running the whole workload (its reactive
+        pods): the same trade-off for a workload of 3 pods or of 300; higher buys fewer
+        violations with more pods.
     slo_minutes_per_day: 0 (none), or an SLO: at most this many minutes a day of violation on
         the workload's own recent history; where the price above does not meet it, the trainer
         raises the price for that workload until its cheapest policy does.
@@ -186,7 +179,7 @@ def _pct(q: str) -> bool:
 
 Candidate = tuple[str, str, int, tuple[float, ...], float, float, float]  # source, q, k, m per state, cost, violation minutes, pods
 
-# Prices of a violation minute, in minutes of the whole workload at its peak, that a
+# Prices of a violation minute, in minutes of the whole workload (its reactive pods), that a
 # stated SLO raises the price along (or a cost ceiling lowers it along); the grid's ratio of ~1.5
 # between neighbours is finer than a week's history can tell policies apart.
 EXCHANGE_GRID = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 7.0, 10.0, 15.0, 20.0, 30.0, 50.0, 70.0, 100.0, 150.0, 200.0,
@@ -250,9 +243,9 @@ def _pick(opt: _Option, grid: np.ndarray, lam: float, minutes_per_origin: float,
 
 
 def _solve(opts: list[_Option], settings: ServingSettings, n: int, step_minutes: float, states: np.ndarray | None,
-           reference_pods: float, size_pods: float) -> tuple[list[Candidate], float, str]:
+           reference_pods: float) -> tuple[list[Candidate], float, str]:
     """The candidates at the price of a violation minute the workload's settings set, in minutes
-    of the whole workload at its peak (``size_pods``, so the price means the same at any size):
+    of the whole workload (its reactive pods, so the price means the same at any size):
     ``violation_worth_minutes``; raised along :data:`EXCHANGE_GRID` until the best policy meets
     ``slo_minutes_per_day`` over the scored intervals, when one is stated; lowered or capped
     where its pods would pass ``cost_ceiling`` x the reactive reference's. Returns (candidates
@@ -262,7 +255,7 @@ def _solve(opts: list[_Option], settings: ServingSettings, n: int, step_minutes:
     ns = int(st.max()) + 1 if len(st) else 1
     slo = settings.slo_minutes_per_day
     budget = slo / 1440.0 * n * step_minutes
-    workload_minute = size_pods  # one minute of the whole workload at its peak, in pod-minutes
+    workload_minute = reference_pods / max(n, 1)  # one minute of the whole workload, in pod-minutes
     ceiling = settings.cost_ceiling * reference_pods if settings.cost_ceiling else math.inf
     base = float(settings.violation_worth_minutes)
 
@@ -306,7 +299,7 @@ def _explain(best: Candidate, cands: list[Candidate], n: int, settings: ServingS
     runner = next((c for c in sorted(cands, key=lambda c: c[4]) if (c[0], c[1]) != (src, q)), None)
     days = n * step_minutes / 1440.0
     slo = settings.slo_minutes_per_day
-    met = {"priced": f"a violation minute worth {settings.violation_worth_minutes:g} minutes of the whole workload at its peak"
+    met = {"priced": f"a violation minute worth {settings.violation_worth_minutes:g} minutes of the whole workload"
                      + (f", within the SLO of {slo:g} violation minutes a day" if slo else ""),
            "slo met": f"the cheapest policy within the SLO of {slo:g} violation minutes a day",
            "cost ceiling": f"the fewest violations within the cost ceiling of {settings.cost_ceiling:g}x a reactive HPA's pods",
@@ -385,17 +378,15 @@ def choose_policy(
                     capacity_per_pod, settings, minutes, obs_ok)
     # the reactive reference: the observed demand now at the target, as a reactive HPA would ask
     now = last[ok][:, None] if obs_ok is None else obs_ok
-    pods_now = np.maximum(np.ceil(now / (settings.target_value * capacity_per_pod) - 1e-9), 1.0).mean(axis=1)
-    reference = float(pods_now.sum())
-    size = float(np.quantile(pods_now, SIZE_QUANTILE))
-    cands, lam, how = _solve(opts, settings, n, float(step_minutes), states, reference, size)
+    reference = float(np.maximum(np.ceil(now / (settings.target_value * capacity_per_pod) - 1e-9), 1.0).mean(axis=1).sum())
+    cands, lam, how = _solve(opts, settings, n, float(step_minutes), states, reference)
     order = {c: i for i, c in enumerate(cands)}
     persist = [c for c in cands if c[0] == "persistence"]
     fb = min(persist, key=lambda c: (c[4], sum(c[3]), order[c])) if persist else None
     alone = [o for o in opts if o.source == "persistence"]
     # what serves while the model is on its fallback: persistence priced on its own (for a stated
     # SLO, the price the model needed may be far lower than what persistence needs)
-    fb_alone = min(_solve(alone, settings, n, float(step_minutes), states, reference, size)[0], key=lambda c: (c[4], sum(c[3]))) \
+    fb_alone = min(_solve(alone, settings, n, float(step_minutes), states, reference)[0], key=lambda c: (c[4], sum(c[3]))) \
         if alone else None
     best = min(cands, key=lambda c: (c[4], sum(c[3]), order[c]))
     bar = None
