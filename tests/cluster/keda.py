@@ -78,23 +78,32 @@ def _env(cp: ControlPlane) -> dict[str, str]:
 class KedaOperator:
     proc: Proc
     metrics_service_port: int  # the gRPC metrics service the metrics API server reads
+    prometheus_port: int  # KEDA's own metrics (plain HTTP)
+
+    def scaled_object_errors(self, namespace: str, name: str) -> float:
+        """``keda_scaled_object_errors_total`` of one ScaledObject: the failed reads of its
+        triggers KEDA counted (0 before the first)."""
+        text = httpx.get(f"http://127.0.0.1:{self.prometheus_port}/metrics", timeout=5).text
+        want = f'namespace="{namespace}",scaledObject="{name}"'
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("keda_scaled_object_errors_total{") and want in line)
 
 
 def start_operator(cp: ControlPlane, keda_dir: Path, pki: KedaPKI, timeout: float = 120.0) -> KedaOperator:
     """keda-operator with the admin's kubeconfig (KEDA's ClusterRole would do; the test is not
     about KEDA's RBAC), up once its /readyz answers."""
-    probe, grpc_port = free_port(), free_port()
+    probe, grpc_port, prom = free_port(), free_port(), free_port()
     ca_dir = pki.operator_dir.parent / "custom-ca"  # --ca-dir: extra CAs for scalers; none here
     ca_dir.mkdir(exist_ok=True)
     proc = cp.spawn("keda-operator", [
         str(keda_dir / "bin" / "keda-operator"), f"--kubeconfig={cp.admin_kubeconfig}",
-        f"--metrics-bind-address=127.0.0.1:{free_port()}", f"--health-probe-bind-address=127.0.0.1:{probe}",
+        f"--metrics-bind-address=127.0.0.1:{prom}", f"--health-probe-bind-address=127.0.0.1:{probe}",
         f"--metrics-service-bind-address=127.0.0.1:{grpc_port}", f"--cert-dir={pki.operator_dir}",
         f"--ca-dir={ca_dir}", "--enable-cert-rotation=false", "--leader-elect=false",
         "--zap-log-level=info", "--zap-encoder=console",
     ], env=_env(cp))
     _wait_http(proc, f"http://127.0.0.1:{probe}/readyz", timeout)
-    return KedaOperator(proc, grpc_port)
+    return KedaOperator(proc, grpc_port, prom)
 
 
 @dataclass

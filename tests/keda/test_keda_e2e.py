@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import copy
 import datetime as dt
+import math
 import sys
 import threading
 import time
@@ -232,6 +233,8 @@ def test_keda_with_a_client_certificate_the_chart_did_not_issue_is_refused(env):
     so = wait_for("KEDA reports the refused trigger (Ready False)",
                   lambda: condition(o := scaled_object(cp, "intruder"), "Ready").get("status") == "False" and o,
                   timeout=120, detail=lambda: so_detail(cp, "intruder") + env.operator.proc.tail())
+    wait_for("KEDA counting the intruder's failed reads", lambda: env.operator.scaled_object_errors(NS, "intruder") > 0,
+             timeout=60, detail=lambda: env.operator.proc.tail())
     assert replicas(cp, "intruder") == 0, so.get("status")
     # the forecast alone would have woken it: the chart's pair gets "active" for the same trigger
     chart = channel(env.keda_port, certs, (certs.keda_crt, certs.keda_key))
@@ -262,33 +265,63 @@ def hpa(cp: ControlPlane, name: str) -> dict:
     return cp.admin.json(f"/apis/autoscaling/v2/namespaces/{NS}/horizontalpodautoscalers/keda-hpa-{name}")
 
 
-def test_keda_scales_up_on_the_served_value_and_falls_back_when_the_scaler_is_down(env):
-    """1 -> N through KEDA's metrics API server (the HPA reads the served value through KEDA's
-    APIService), then foresight's scaler stops: after fallback.failureThreshold failed reads KEDA
-    serves the HPA its fallback replicas. Runs last: it stops the scaler."""
+def running(env: Env, workload: str, level: float, **spec) -> dict:
+    """A Deployment at 1 replica under the recipe's ScaledObject, foresight serving ``level``
+    cores for it, once KEDA's HPA reads that value through KEDA's APIService."""
     cp = env.cp
-    so = recipe_scaled_object(env, "report", minReplicaCount=1, maxReplicaCount=10, pollingInterval=5,
-                              fallback={"failureThreshold": 3, "replicas": 4})
-    target = float(so["spec"]["triggers"][0]["metadata"]["targetValue"])  # cores per pod
-    publish(env.store, "report", (0.3,) * 12, observed=0.3)  # below one pod's target: 1 replica
-    _apply(cp, _deployment("report", 1), so)
-    wait_for("KEDA's HPA reads the served value through KEDA's APIService",
-             lambda: condition(hpa(cp, "report"), "ScalingActive").get("status") == "True", timeout=120,
-             detail=lambda: str(hpa(cp, "report").get("status")) + env.metrics.proc.tail())
+    so = recipe_scaled_object(env, workload, minReplicaCount=1, maxReplicaCount=10, pollingInterval=2, **spec)
+    publish(env.store, workload, (level,) * 12, observed=level)
+    _apply(cp, _deployment(workload, 1), so)
+    wait_for(f"keda-hpa-{workload} reading the served value through KEDA's APIService",
+             lambda: condition(hpa(cp, workload), "ScalingActive").get("status") == "True", timeout=120,
+             detail=lambda: str(hpa(cp, workload).get("status")) + env.metrics.proc.tail())
+    return so
+
+
+def test_keda_scales_a_running_deployment_on_the_served_value_through_its_own_apiservice(env):
+    """1 -> N: the HPA KEDA made reads foresight's served value through KEDA's metrics API server
+    and the operator's metrics service, and sizes the Deployment by the recipe's target."""
+    cp = env.cp
+    so = running(env, "report", 0.3)  # below one pod's target: 1 replica
+    assert replicas(cp, "report") == 1
+    target = float(so["spec"]["triggers"][0]["metadata"]["targetValue"])  # cores per pod (AverageValue)
     publish(env.store, "report", (1.0,) * 12, observed=0.3)
-    want = -(-1.0 // target)  # ceil: the HPA's AverageValue rule
-    wait_for(f"the HPA scales shop/report to {want:.0f}", lambda: replicas(cp, "report") == want, timeout=120,
+    want = math.ceil(1.0 / target)
+    wait_for(f"the HPA scales shop/report to {want}", lambda: replicas(cp, "report") == want, timeout=120,
              detail=lambda: str(hpa(cp, "report").get("status")))
+
+
+def test_when_the_scaler_is_unreachable_keda_applies_fallback_and_never_scales_to_zero(env):
+    """foresight's scaler stops. A running Deployment whose ScaledObject has ``fallback`` goes to
+    its fallback replicas once KEDA counted failureThreshold failed reads; one without fallback
+    keeps its replicas past its cooldownPeriod (KEDA does not scale to zero on a failing
+    trigger); one at zero stays at zero (KEDA's HPA is off at zero: nothing reads the fallback).
+    Runs last: it stops the scaler."""
+    cp, op = env.cp, env.operator
+    running(env, "fallback", 0.3, fallback={"failureThreshold": 3, "replicas": 4})
+    running(env, "steady", 0.3, cooldownPeriod=5)
+    publish(env.store, "nightly", (0.0,) * 12, observed=0.0)
+    _apply(cp, _deployment("nightly", 0), recipe_scaled_object(env, "nightly", pollingInterval=2,
+                                                               fallback={"failureThreshold": 3, "replicas": 4}))
+    wait_for("KEDA polled shop/nightly (Active False)", lambda: condition(scaled_object(cp, "nightly"), "Active").get(
+        "status") == "False", timeout=120, detail=lambda: so_detail(cp, "nightly") + op.proc.tail())
+    assert [replicas(cp, w) for w in ("fallback", "steady", "nightly")] == [1, 1, 0]
     checkout_before = replicas(cp, "checkout")
+    before = {w: op.scaled_object_errors(NS, w) for w in ("steady", "nightly")}
 
     env.serve.stop()  # the scaler becomes unreachable
     down = time.time()
-    wait_for("the Fallback condition", lambda: condition(scaled_object(cp, "report"), "Fallback").get("status") == "True",
-             timeout=120, detail=lambda: so_detail(cp, "report") + env.operator.proc.tail())
-    wait_for("KEDA's fallback replicas", lambda: replicas(cp, "report") == 4, timeout=120,
-             detail=lambda: str(hpa(cp, "report").get("status")))
+    wait_for("the Fallback condition", lambda: condition(scaled_object(cp, "fallback"), "Fallback").get("status") == "True",
+             timeout=120, detail=lambda: so_detail(cp, "fallback") + op.proc.tail())
+    wait_for("KEDA's fallback replicas", lambda: replicas(cp, "fallback") == 4, timeout=120,
+             detail=lambda: str(hpa(cp, "fallback").get("status")))
     sys.stderr.write(f"\n[keda] fallback replicas {time.time() - down:.1f} s after the scaler stopped\n")
-    # the operator's ScaledObject has no fallback: its HPA cannot read the metric and holds its replicas
+    # polled every 2 s: more than 5 failed polls of each is past steady's 5 s cooldownPeriod
+    for w in ("steady", "nightly"):
+        wait_for(f"KEDA counting failed reads of shop/{w}", lambda w=w: op.scaled_object_errors(NS, w) > before[w] + 5,
+                 timeout=120, detail=lambda w=w: so_detail(cp, w) + op.proc.tail())
+    assert replicas(cp, "steady") == 1 and replicas(cp, "nightly") == 0
+    # the operator's ScaledObject has no fallback either: its HPA cannot read the metric and holds
     wait_for("keda-hpa-checkout reports the failed read", lambda: condition(hpa(cp, "checkout"), "ScalingActive").get(
         "status") == "False", timeout=120, detail=lambda: str(hpa(cp, "checkout").get("status")))
     assert replicas(cp, "checkout") == checkout_before
