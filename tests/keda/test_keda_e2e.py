@@ -269,7 +269,7 @@ def running(env: Env, workload: str, level: float, **spec) -> dict:
     """A Deployment at 1 replica under the recipe's ScaledObject, foresight serving ``level``
     cores for it, once KEDA's HPA reads that value through KEDA's APIService."""
     cp = env.cp
-    so = recipe_scaled_object(env, workload, minReplicaCount=1, maxReplicaCount=10, pollingInterval=2, **spec)
+    so = recipe_scaled_object(env, workload, **{"minReplicaCount": 1, "maxReplicaCount": 10, "pollingInterval": 2, **spec})
     publish(env.store, workload, (level,) * 12, observed=level)
     _apply(cp, _deployment(workload, 1), so)
     wait_for(f"keda-hpa-{workload} reading the served value through KEDA's APIService",
@@ -299,7 +299,7 @@ def test_when_the_scaler_is_unreachable_keda_applies_fallback_and_never_scales_t
     Runs last: it stops the scaler."""
     cp, op = env.cp, env.operator
     running(env, "fallback", 0.3, fallback={"failureThreshold": 3, "replicas": 4})
-    running(env, "steady", 0.3, cooldownPeriod=5)
+    running(env, "steady", 0.3, minReplicaCount=0, cooldownPeriod=5)
     publish(env.store, "nightly", (0.0,) * 12, observed=0.0)
     _apply(cp, _deployment("nightly", 0), recipe_scaled_object(env, "nightly", pollingInterval=2,
                                                                fallback={"failureThreshold": 3, "replicas": 4}))
