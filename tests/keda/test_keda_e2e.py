@@ -239,7 +239,8 @@ def test_keda_with_a_client_certificate_the_chart_did_not_issue_is_refused(env):
     # the forecast alone would have woken it: the chart's pair gets "active" for the same trigger
     chart = channel(env.keda_port, certs, (certs.keda_crt, certs.keda_key))
     meta = recipe_scaled_object(env, "intruder")["spec"]["triggers"][0]["metadata"]
-    assert pb_grpc.ExternalScalerStub(chart).IsActive(ref(NS, "intruder", **meta), timeout=10).result is True
+    wait_for("the scaler answering the chart's pair 'active' for the intruder's trigger",  # the cache re-reads in the background
+             lambda: pb_grpc.ExternalScalerStub(chart).IsActive(ref(NS, "intruder", **meta), timeout=10).result, timeout=30)
     chart.close()
     anonymous = channel(env.keda_port, certs, None)  # and no certificate at all is refused in the handshake
     with pytest.raises(grpc.RpcError) as exc:
