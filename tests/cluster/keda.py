@@ -80,6 +80,13 @@ class KedaOperator:
     metrics_service_port: int  # the gRPC metrics service the metrics API server reads
     prometheus_port: int  # KEDA's own metrics (plain HTTP)
 
+    def scaler_errors(self, namespace: str, name: str) -> list[str]:
+        """The errors KEDA logged calling an external scaler for one ScaledObject (its
+        ``external_scaler``/``external_push_scaler`` loggers), e.g. a refused connection."""
+        want = f'"namespace": "{namespace}", "name": "{name}"'
+        return [line for line in self.proc.log.read_text(errors="replace").splitlines()
+                if "\tERROR\texternal_" in line and want in line]
+
     def scaled_object_errors(self, namespace: str, name: str) -> float:
         """``keda_scaled_object_errors_total`` of one ScaledObject: the failed reads of its
         triggers KEDA counted (0 before the first)."""
