@@ -174,8 +174,8 @@ def so_detail(cp: ControlPlane, name: str) -> str:
         return f"{exc!r}\n"
 
 
-def publish(store, workload: str, p90: tuple[float, ...], observed: float) -> None:
-    store.publish(sample_forecast(NS, workload, p90=p90, observed=observed, ready_pods=0, step=STEP))
+def publish(store, workload: str, p90: tuple[float, ...], observed: float, age: float = 0.0) -> None:
+    store.publish(sample_forecast(NS, workload, p90=p90, observed=observed, ready_pods=0, step=STEP, age=age))
 
 
 def _ts(s: str) -> float:
@@ -301,37 +301,48 @@ def test_keda_scales_a_running_deployment_on_the_served_value_through_its_own_ap
              detail=lambda: str(hpa(cp, "report").get("status")))
 
 
-def test_when_the_scaler_is_unreachable_keda_applies_fallback_and_never_scales_to_zero(env):
-    """foresight's scaler stops. A running Deployment whose ScaledObject has ``fallback`` goes to
-    its fallback replicas once KEDA counted failureThreshold failed reads; one without fallback
-    keeps its replicas past its cooldownPeriod (KEDA does not scale to zero on a failing
-    trigger); one at zero stays at zero (KEDA's HPA is off at zero: nothing reads the fallback).
-    Runs last: it stops the scaler."""
+def test_a_scaler_with_nothing_to_serve_gets_kedas_fallback_replicas(env):
+    """The scaler is up but has no value (the forecast stale and its observation too old, nothing
+    observed directly): GetMetricSpec still answers, GetMetrics answers UNAVAILABLE, and after
+    fallback.failureThreshold such reads KEDA serves the HPA its fallback replicas."""
+    cp = env.cp
+    running(env, "lapse", 0.3, fallback={"failureThreshold": 3, "replicas": 4})
+    publish(env.store, "lapse", (0.3,) * 12, observed=0.3, age=2000.0)  # stale, its last sample 2000 s old
+    lapsed = time.time()
+    wait_for("KEDA's fallback replicas", lambda: replicas(cp, "lapse") == 4, timeout=120,
+             detail=lambda: so_detail(cp, "lapse") + str(hpa(cp, "lapse").get("status")))
+    sys.stderr.write(f"\n[keda] fallback replicas {time.time() - lapsed:.1f} s after the scaler lost its value\n")
+    assert condition(scaled_object(cp, "lapse"), "Fallback").get("status") == "True"
+
+
+def test_when_the_scaler_is_unreachable_keda_holds_the_replicas_and_its_fallback_does_not_apply(env):
+    """foresight's scaler stops. KEDA 2.20 asks an external scaler for the metric spec before it
+    reads a metric or applies ``fallback``, so with the scaler gone neither happens: the HPA of a
+    running Deployment cannot read its metric and holds its replicas, with fallback or without;
+    KEDA does not scale it to zero while the trigger fails, also past its cooldownPeriod; and one
+    at zero stays at zero. Runs last: it stops the scaler."""
     cp, op = env.cp, env.operator
-    running(env, "fallback", 0.3, fallback={"failureThreshold": 3, "replicas": 4})
+    fallback = {"failureThreshold": 3, "replicas": 4}
+    running(env, "held", 0.3, fallback=fallback)
     running(env, "steady", 0.3, minReplicaCount=0, cooldownPeriod=5)
     publish(env.store, "nightly", (0.0,) * 12, observed=0.0)
-    _apply(cp, _deployment("nightly", 0), recipe_scaled_object(env, "nightly", pollingInterval=2,
-                                                               fallback={"failureThreshold": 3, "replicas": 4}))
+    _apply(cp, _deployment("nightly", 0), recipe_scaled_object(env, "nightly", pollingInterval=2, fallback=fallback))
     wait_for("KEDA polled shop/nightly: not active", lambda: polled_inactive(scaled_object(cp, "nightly")), timeout=120,
              detail=lambda: so_detail(cp, "nightly") + op.proc.tail())
-    assert [replicas(cp, w) for w in ("fallback", "steady", "nightly")] == [1, 1, 0]
+    watched = ("held", "steady", "nightly")
+    assert [replicas(cp, w) for w in watched] == [1, 1, 0]
     checkout_before = replicas(cp, "checkout")
-    before = {w: op.scaled_object_errors(NS, w) for w in ("steady", "nightly")}
+    before = {w: op.scaled_object_errors(NS, w) for w in watched}
 
     env.serve.stop()  # the scaler becomes unreachable
-    down = time.time()
-    wait_for("the Fallback condition", lambda: condition(scaled_object(cp, "fallback"), "Fallback").get("status") == "True",
-             timeout=120, detail=lambda: so_detail(cp, "fallback") + op.proc.tail())
-    wait_for("KEDA's fallback replicas", lambda: replicas(cp, "fallback") == 4, timeout=120,
-             detail=lambda: str(hpa(cp, "fallback").get("status")))
-    sys.stderr.write(f"\n[keda] fallback replicas {time.time() - down:.1f} s after the scaler stopped\n")
-    # polled every 2 s: more than 5 failed polls of each is past steady's 5 s cooldownPeriod
-    for w in ("steady", "nightly"):
-        wait_for(f"KEDA counting failed reads of shop/{w}", lambda w=w: op.scaled_object_errors(NS, w) > before[w] + 5,
+    # polled every 2 s: more than 5 failed polls of each is past steady's 5 s cooldownPeriod and
+    # past the fallback's failureThreshold of 3
+    for w in watched:
+        wait_for(f"KEDA counting failed polls of shop/{w}", lambda w=w: op.scaled_object_errors(NS, w) > before[w] + 5,
                  timeout=120, detail=lambda w=w: so_detail(cp, w) + op.proc.tail())
-    assert replicas(cp, "steady") == 1 and replicas(cp, "nightly") == 0
-    # the operator's ScaledObject has no fallback either: its HPA cannot read the metric and holds
-    wait_for("keda-hpa-checkout reports the failed read", lambda: condition(hpa(cp, "checkout"), "ScalingActive").get(
-        "status") == "False", timeout=120, detail=lambda: str(hpa(cp, "checkout").get("status")))
+    for w in ("held", "checkout"):
+        wait_for(f"keda-hpa-{w} reports the failed read", lambda w=w: condition(hpa(cp, w), "ScalingActive").get(
+            "status") == "False", timeout=120, detail=lambda w=w: str(hpa(cp, w).get("status")))
+    assert [replicas(cp, w) for w in watched] == [1, 1, 0]
     assert replicas(cp, "checkout") == checkout_before
+    assert condition(scaled_object(cp, "held"), "Fallback").get("status") != "True"
