@@ -23,6 +23,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+import redis
 import yaml
 
 from adapter.keda import externalscaler_pb2_grpc as pb_grpc
@@ -103,6 +104,11 @@ def env(request, tmp_path_factory, certs, redis_server):
         _apply(cp, _secret(keda.NAMESPACE, "foresight-keda-client",
                            {"ca.crt": certs.server_ca, "tls.crt": certs.keda_crt, "tls.key": certs.keda_key}),
                doc_of("ClusterTriggerAuthentication"))
+        # a clean store: forecasts earlier tests left under the same names would be served (and
+        # pushed) for a moment before the scaler's cache re-reads them
+        r = redis.Redis.from_url(redis_server.url)
+        r.flushall()
+        r.close()
         keda_port, port = free_port(), free_port()
         serve = ServeProcess(["--store", redis_server.url, "--cert-dir", str(d / "https"), "--cache-ttl", "0.5",
                               "--keda-port", str(keda_port), "--keda-cert", str(certs.server_crt),
@@ -171,7 +177,8 @@ def so_detail(cp: ControlPlane, name: str) -> str:
     try:
         return f"ScaledObject status: {scaled_object(cp, name).get('status')}; keda-operator log:\n"
     except Exception as exc:  # noqa: BLE001 - diagnostics only
-        return f"{exc!r}\n"
+        pa = cp.admin.get(f"/apis/foresight.dev/v1alpha1/namespaces/{NS}/predictiveautoscalers/{name}")
+        return f"{exc!r}; PredictiveAutoscaler: {pa.status_code} {pa.text[-1500:]}\n"
 
 
 def publish(store, workload: str, p90: tuple[float, ...], observed: float, age: float = 0.0) -> None:
