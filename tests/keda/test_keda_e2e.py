@@ -27,7 +27,7 @@ import redis
 import yaml
 
 from adapter.keda import externalscaler_pb2_grpc as pb_grpc
-from forecaster.store import open_store
+from core.store import open_store
 from kubeoperator.kube import KubeApi
 from kubeoperator.runner import Operator, OperatorSettings
 from kubeoperator.scaledobject import KedaTarget
