@@ -46,7 +46,8 @@ def _cli_logging_ends_with_the_test():
 # (niced: they take the cores the other suites leave idle), and these tests run last, so the
 # other suites run meanwhile instead of waiting behind the first build.
 BUILDS = {"adapter/test_authz_apiserver.py": ("build.sh",), "chart": ("build.sh", "build_helm.sh"),
-          "e2e": ("build.sh",), "node": ("build.sh", "build_helm.sh", "build_images.sh", "build_gvisor.sh"),
+          "e2e": ("build.sh",), "keda/test_keda_e2e.py": ("build.sh", "build_keda.sh"),
+          "node": ("build.sh", "build_helm.sh", "build_images.sh", "build_gvisor.sh"),
           "operator": ("build.sh",), "tenancy/test_hostile_tenant.py": ("build.sh",), "thanos": ("build_thanos.sh",),
           "warmpool/test_claim_authz_apiserver.py": ("build.sh",)}
 _prebuild = None
