@@ -55,7 +55,7 @@ class ServeProcess:
             cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
         )
 
-    def wait_ready(self, scheme="https", timeout=30.0) -> None:
+    def wait_ready(self, scheme="https", timeout=120.0) -> None:  # a deadline, not a speed check: a loaded CI machine starts slowly
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
