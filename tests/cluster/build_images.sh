@@ -181,7 +181,7 @@ build_redis() {
 
 # The sources the Dockerfile copies, hashed: an unchanged tree reuses the archive.
 source_key() {
-  (cd "$ROOT" && find Dockerfile pyproject.toml README.md requirements foresight forecaster adapter warmpool replay kubeoperator \
+  (cd "$ROOT" && find Dockerfile pyproject.toml README.md requirements foresight core forecaster adapter warmpool replay kubeoperator \
      -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum; echo "$1") | key
 }
 
