@@ -55,7 +55,8 @@ class ServeProcess:
             cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
         )
 
-    def wait_ready(self, scheme="https", timeout=120.0) -> None:  # a deadline, not a speed check: a loaded CI machine starts slowly
+    # a deadline, not a speed check: a loaded CI machine starts a serve process slowly
+    def wait_ready(self, scheme="https", timeout=120.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
