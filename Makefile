@@ -9,7 +9,7 @@ DEB_PACKAGES := prometheus redis-server crun runc busybox-static chromium wrk \
   buildah mmdebstrap gcc libc6-dev containerd containernetworking-plugins iptables iproute2 util-linux
 PYTEST_ARGS ?=
 
-.PHONY: run test e2e operator node cluster images deps venv debs bench clean
+.PHONY: run test e2e operator node cluster images deps venv debs clean
 
 run: deps
 	$(VENV)/bin/foresight up
@@ -71,9 +71,6 @@ $(VENV)/.installed: pyproject.toml $(LOCK)
 	$(PIP) install -q $(if $(wildcard /opt/wheels),--find-links /opt/wheels) --require-hashes -r $(LOCK)
 	$(PIP) install -q --no-deps -e .
 	touch $@
-
-bench: deps
-	$(PY) bench/run_all.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
