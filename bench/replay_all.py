@@ -57,7 +57,7 @@ COST_VARIANTS = {  # serving.slo_minutes_per_day, the policy's SLO, and its cost
     "ours slo 1.5": ("predictive", {}, {"slo_minutes_per_day": 1.5}),
 }
 PRICE_VARIANTS = {  # serving.violation_worth_minutes, and calibrated quantiles beyond p90 beside the headrooms
-    "ours worth 60": ("predictive", {}, {"violation_worth_minutes": 60.0}),
+    "ours worth 30": ("predictive", {}, {"violation_worth_minutes": 30.0}),
     "ours worth 120": ("predictive", {}, {"violation_worth_minutes": 120.0}),
     "ours p95 p98": ("predictive", {"quantiles": (0.5, 0.9, 0.95, 0.98)}, {"quantiles": ("p50", "p90", "p95", "p98")}),
 }
