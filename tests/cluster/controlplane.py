@@ -144,6 +144,22 @@ class Proc:
         except OSError:
             return ""
 
+    def wait_http(self, url: str, timeout: float = 120.0, what: str | None = None) -> None:
+        """Until ``url`` answers 200 (loopback only), failing at once with the log's tail if the
+        process exits, or after ``timeout`` seconds."""
+        what = what or self.name
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise RuntimeError(f"{what} exited ({self.popen.returncode}):\n--- {self.log} ---\n{self.tail(40)}")
+            try:
+                if httpx.get(url, timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{what} not ready at {url} after {timeout:.0f} s:\n--- {self.log} ---\n{self.tail(40)}")
+
     def stop(self, timeout: float = 15.0) -> None:
         if self.popen.poll() is None:
             self.popen.terminate()

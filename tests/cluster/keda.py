@@ -13,7 +13,6 @@ server through an ExternalName ``localhost`` Service (tests/e2e/conftest.py).
 from __future__ import annotations
 
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,7 +108,7 @@ def start_operator(cp: ControlPlane, keda_dir: Path, pki: KedaPKI, timeout: floa
         f"--ca-dir={ca_dir}", "--enable-cert-rotation=false", "--leader-elect=false",
         "--zap-log-level=info", "--zap-encoder=console",
     ], env=_env(cp))
-    _wait_http(proc, f"http://127.0.0.1:{probe}/readyz", timeout)
+    proc.wait_http(f"http://127.0.0.1:{probe}/readyz", timeout)
     return KedaOperator(proc, grpc_port, prom)
 
 
@@ -133,20 +132,6 @@ def start_metrics_server(cp: ControlPlane, keda_dir: Path, pki: KedaPKI, operato
         f"--port={free_port()}", "--zap-log-level=info", "--zap-encoder=console",
     ], env=_env(cp))
     return KedaMetricsServer(proc, port)
-
-
-def _wait_http(proc: Proc, url: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not proc.alive():
-            raise RuntimeError(f"{proc.name} exited ({proc.popen.returncode}):\n{proc.tail(40)}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    raise RuntimeError(f"{proc.name} not ready at {url} within {timeout:.0f} s:\n{proc.tail(40)}")
 
 
 __all__ = ["BUILD_SCRIPT", "EXTERNAL_METRICS_APISERVICE", "KedaMetricsServer", "KedaOperator", "KedaPKI", "METRICS_SERVICE",

@@ -100,20 +100,6 @@ def _spawn(d: Path, name: str, args: list[str]) -> Proc:
     return Proc(name, p, log)
 
 
-def _ready(url: str, proc: Proc, what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not proc.alive():
-            raise AssertionError(f"{what} exited ({proc.popen.returncode}):\n--- {proc.log} ---\n{proc.tail()}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{what} not ready at {url} after {timeout:.0f} s:\n--- {proc.log} ---\n{proc.tail()}")
-
-
 def _backfill(d: Path, name: str, times: np.ndarray, out: Path, max_block: str | None = None) -> None:
     om = d / f"{name}.om"
     stack.write_openmetrics(om, {METRIC: [(SERIES, list(zip(times.astype(float), demand(times).tolist())))]})
@@ -152,7 +138,7 @@ class ThanosStack:
             yield
         finally:
             self.procs["store"] = _spawn(self.dir, "store-restarted", self.store_args)
-            _ready(f"http://127.0.0.1:{self.store_http}/-/ready", self.procs["store"], "thanos store (restarted)")
+            self.procs["store"].wait_http(f"http://127.0.0.1:{self.store_http}/-/ready", what="thanos store (restarted)")
             # the querier's gRPC connection may sit in reconnect back-off for a while: wait until
             # a query that needs the bucket succeeds without partial responses
             wait_for("the querier reading the store gateway again", self.reads_bucket, timeout=180,
@@ -214,19 +200,19 @@ def thanos(thanos_bin, tmp_path_factory) -> ThanosStack:
             procs[f"prometheus-{rep}"] = p = _spawn(d, f"prometheus-{rep}", [
                 "prometheus", f"--config.file={cfg}", f"--web.listen-address=127.0.0.1:{port}",
                 f"--storage.tsdb.path={data}", "--storage.tsdb.retention.time=3650d"])
-            _ready(f"http://127.0.0.1:{port}/-/ready", p, f"prometheus {rep}")
+            p.wait_http(f"http://127.0.0.1:{port}/-/ready", what=f"prometheus {rep}")
             grpc, http = free_port(), free_port()
             procs[f"sidecar-{rep}"] = s = _spawn(d, f"sidecar-{rep}", [
                 str(thanos_bin), "sidecar", f"--tsdb.path={data}", f"--prometheus.url=http://127.0.0.1:{port}",
                 f"--grpc-address=127.0.0.1:{grpc}", f"--http-address=127.0.0.1:{http}"])
-            _ready(f"http://127.0.0.1:{http}/-/ready", s, f"thanos sidecar {rep}")
+            s.wait_http(f"http://127.0.0.1:{http}/-/ready", what=f"thanos sidecar {rep}")
             side[rep] = grpc
 
         store_grpc, store_http = free_port(), free_port()
         store_args = [str(thanos_bin), "store", f"--data-dir={d / 'store'}", f"--objstore.config-file={objstore}",
                       f"--grpc-address=127.0.0.1:{store_grpc}", f"--http-address=127.0.0.1:{store_http}"]
         procs["store"] = s = _spawn(d, "store", store_args)
-        _ready(f"http://127.0.0.1:{store_http}/-/ready", s, "thanos store")
+        s.wait_http(f"http://127.0.0.1:{store_http}/-/ready", what="thanos store")
 
         qport = free_port()
         procs["query"] = q = _spawn(d, "query", [
@@ -236,7 +222,7 @@ def thanos(thanos_bin, tmp_path_factory) -> ThanosStack:
             # makes it partial) instead of silently leaving it, as in production setups
             f"--endpoint-strict=127.0.0.1:{store_grpc}",
             "--query.replica-label=replica"])
-        _ready(f"http://127.0.0.1:{qport}/-/ready", q, "thanos query")
+        q.wait_http(f"http://127.0.0.1:{qport}/-/ready", what="thanos query")
         # A second querier over the same endpoints with 1:1 ("chain") deduplication instead of
         # the default penalty algorithm, which drops a sample or two where it switches replicas.
         cport = free_port()
@@ -244,7 +230,7 @@ def thanos(thanos_bin, tmp_path_factory) -> ThanosStack:
             str(thanos_bin), "query", f"--http-address=127.0.0.1:{cport}", f"--grpc-address=127.0.0.1:{free_port()}",
             f"--endpoint=127.0.0.1:{side['a']}", f"--endpoint=127.0.0.1:{side['b']}",
             f"--endpoint=127.0.0.1:{store_grpc}", "--query.replica-label=replica", "--deduplication.func=chain"])
-        _ready(f"http://127.0.0.1:{cport}/-/ready", c, "thanos query (chain dedup)")
+        c.wait_http(f"http://127.0.0.1:{cport}/-/ready", what="thanos query (chain dedup)")
         st = ThanosStack(bin=thanos_bin, dir=d, T=T, url=f"http://127.0.0.1:{qport}", procs=procs,
                          store_args=store_args, store_http=store_http, blocks=blocks,
                          url_chain=f"http://127.0.0.1:{cport}")
